@@ -1,0 +1,92 @@
+"""The ``vizalloc`` command: the only place that touches paths and turns errors into exit codes.
+
+Each subcommand lives in its own module ``vizalloc/cli/<name>.py`` that defines
+``HELP`` (one line), ``add_arguments(parser)`` and ``execute(args) -> int``.
+Modules are imported only when their command runs, so ``vizalloc --help`` stays fast
+and a missing optional dependency only affects the command that needs it.
+
+Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences),
+2 bad input or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from vizalloc.errors import VizallocError
+
+#: subcommand -> (module, one-line help). The order is the order ``--help`` shows.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("vizalloc.cli.demo", "run the shared-tensor training loop with and without a fix and compare"),
+    "run": ("vizalloc.cli.run", "trace a Python script into a trace file (like memray run)"),
+    "check": ("vizalloc.cli.check", "report hazards in a trace; exit 1 if any (for CI)"),
+    "summary": ("vizalloc.cli.summary", "tables of graphs, plans, buffers, peaks and hazards"),
+    "diff": ("vizalloc.cli.diff", "compare two traces or two plans"),
+    "plan": ("vizalloc.cli.plan", "plan a graph file (golden format) and print or check the offsets"),
+    "export": ("vizalloc.cli.export", "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"),
+    "tui": ("vizalloc.cli.tui", "browse a trace in the terminal"),
+}
+
+
+def _available() -> dict[str, str]:
+    found = {}
+    for name, (module, help_text) in COMMANDS.items():
+        if importlib.util.find_spec(module) is not None:
+            found[name] = help_text
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vizalloc",
+        description="Shows and checks where every byte of a ggml-style compute graph lives.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in _available().items():
+        module = importlib.import_module(COMMANDS[name][0])
+        p = sub.add_parser(name, help=help_text, description=getattr(module, "__doc__", None) or help_text,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"vizalloc {version('vizalloc')}"
+    except Exception:
+        return "vizalloc (not installed)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.execute(args))
+    except VizallocError as exc:
+        print(f"vizalloc {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run_main() -> None:
+    """Console-script entry point."""
+    raise SystemExit(main())

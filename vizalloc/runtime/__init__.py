@@ -1,0 +1,17 @@
+"""The graph runtime modelled on ggml: types, tensors, contexts, graphs, ops, buffers,
+allocators, backends, the scheduler and the optimizer.
+
+It knows nothing of analysis or views; its one outward edge is the recorder seam
+(``vizalloc.trace.recorder``).
+"""
+
+from vizalloc.runtime.buffer import Buffer, BufferType, Usage, set_strict
+from vizalloc.runtime.context import Context
+from vizalloc.runtime.dtype import F16, F32, I32, DType
+from vizalloc.runtime.graph import Graph, dup_graph
+from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp, set_input, set_loss, set_output, set_param
+
+__all__ = [
+    "Buffer", "BufferType", "Context", "DType", "F16", "F32", "Flag", "Graph", "I32", "Op", "Tensor",
+    "UnaryOp", "Usage", "dup_graph", "set_input", "set_loss", "set_output", "set_param", "set_strict",
+]

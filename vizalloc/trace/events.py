@@ -1,0 +1,442 @@
+"""The event records: everything the runtime reports, one frozen class per kind.
+
+Events hold values only (ids, names, numbers, tuples of ids), never a live tensor
+or buffer, so a trace can be written, read back, compared and diffed. Every event
+carries ``seq`` (strictly increasing within a process), ``t_ns`` (a monotonic clock,
+``time.perf_counter_ns``) and ``loc``, the user's source line that caused it (the
+first frame outside vizalloc) or ``None``.
+
+Ids are process-wide counters: ``tensor_id``, ``buffer_id``, ``ctx_id``,
+``graph_id``, ``galloc_id`` (one graph allocator), ``plan_id`` (one planning pass),
+``binding_id`` (one ``alloc_graph`` that applies a plan), ``sched_id``,
+``compute_id``. ``-1`` stands for "none" wherever an id is optional.
+
+    >>> from vizalloc.trace.events import TensorPlaced, KINDS
+    >>> TensorPlaced.__name__ in KINDS
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, fields
+from typing import Union
+
+NO_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A source line: the first frame outside vizalloc when the event happened."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+class PlacedBy(str, enum.Enum):
+    """Who gave a tensor its bytes."""
+
+    TALLOCR = "tallocr"          # the linear allocator (alloc_ctx_tensors, TensorAllocator)
+    GALLOCR = "gallocr"          # a graph allocator binding a plan
+    VIEW_INIT = "view_init"      # a view bound to its root's bytes (ggml_backend_view_init)
+    VIEW_CREATE = "view_create"  # a view made of a root that already had data
+    CONTEXT = "context"          # a context that allocates its own memory (no_alloc=False)
+    COPY = "copy"                # a deep copy of an allocated tensor aliases its bytes
+    USER = "user"                # placed by hand
+
+
+class RefuseReason(str, enum.Enum):
+    """Why the graph allocator did not let a node take over a parent's bytes."""
+
+    EXTERNAL = "external"      # the parent has data it did not plan (weights, inputs, stale tensors)
+    NOT_OWN = "not_own"        # the parent is not (or no longer) held by this planner
+    VIEW = "view"              # the parent is a view; views are never owned
+    OUTPUT = "output"          # the parent is an output
+    LAYOUT = "layout"          # type, shape or strides differ
+    CONSUMERS = "consumers"    # the parent has other consumers or views still to run
+
+
+class ReplanCause(str, enum.Enum):
+    """Why a graph allocator planned again (``ggml_gallocr_needs_realloc`` and friends)."""
+
+    FIRST = "first"                  # nothing was planned yet
+    EXPLICIT = "explicit"            # reserve()/reserve_n() called by the user or scheduler
+    N_NODES = "n_nodes"              # the graph has another node count
+    N_LEAFS = "n_leafs"              # the graph has another leaf count
+    NODE_SIZE = "node_size"          # a node no longer fits its recorded size
+    SRC_SIZE = "src_size"            # a source no longer fits its recorded size
+    LOST_DATA = "lost_data"          # a tensor had data at reserve time and lost it
+    BACKEND_CHANGED = "backend_changed"  # the scheduler moved a position to another buffer type
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Fields common to every event."""
+
+    seq: int
+    t_ns: int
+    loc: Location | None
+
+
+# -- contexts and tensors ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ContextCreated(Event):
+    ctx_id: int
+    name: str
+    no_alloc: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ContextFreed(Event):
+    ctx_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCreated(Event):
+    """A tensor came to be. ``op`` is the Op name; ``srcs`` are ids per slot, -1 for an empty slot."""
+
+    tensor_id: int
+    ctx_id: int
+    name: str
+    dtype: str
+    ne: tuple[int, ...]
+    nb: tuple[int, ...]
+    op: str
+    op_params: tuple[Union[int, float, str], ...]
+    srcs: tuple[int, ...]
+    view_src: int
+    view_offs: int
+    flags: int
+    copy_of: int  # deep copies (dup_graph, graph_copy): the tensor this one copies
+
+
+@dataclass(frozen=True, slots=True)
+class TensorNamed(Event):
+    tensor_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorFlagsSet(Event):
+    """The tensor's whole flag word after a change (INPUT=1, OUTPUT=2, PARAM=4, LOSS=8)."""
+
+    tensor_id: int
+    flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSrcSet(Event):
+    """A source slot was rewritten after creation (the scheduler does this for input copies)."""
+
+    tensor_id: int
+    slot: int
+    src_id: int
+
+
+# -- buffers and placements ---------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class BufferAllocated(Event):
+    """A backend buffer: one real byte array. ``pool_id`` is the graph allocator owning it (-1 if none)."""
+
+    buffer_id: int
+    backend: str
+    buft: str
+    base: int
+    nbytes: int
+    alignment: int
+    usage: str
+    pool_id: int
+    slot: int
+    chunk: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferFreed(Event):
+    buffer_id: int
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferCleared(Event):
+    buffer_id: int
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPlaced(Event):
+    """A tensor got a data pointer: bytes ``[offset, offset + nbytes)`` of ``buffer_id``.
+
+    For a view, ``offset`` already includes ``view_offs``. ``binding_id`` names the
+    ``alloc_graph`` that did it (-1 outside a binding).
+    """
+
+    tensor_id: int
+    buffer_id: int
+    offset: int
+    nbytes: int
+    by: PlacedBy
+    binding_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCleared(Event):
+    """``data``, ``buffer`` and ``extra`` were set to none. ``by`` says who did it (a fix strategy, the user)."""
+
+    tensor_id: int
+    by: str
+
+
+# -- graphs -------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GraphCreated(Event):
+    """A graph object. ``kind``: new, shallow_copy, deep_copy, view, sched (the scheduler's own graph)."""
+
+    graph_id: int
+    size: int
+    kind: str
+    source_graph: int
+
+
+@dataclass(frozen=True, slots=True)
+class GraphExpanded(Event):
+    """Nodes and leafs appended to a graph, in ggml's order."""
+
+    graph_id: int
+    nodes: tuple[int, ...]
+    leafs: tuple[int, ...]
+
+
+# -- the graph allocator's decisions -------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Replan(Event):
+    """A graph allocator must plan again; ``node_index``/``tensor_id`` name the position that failed (-1 if none)."""
+
+    galloc_id: int
+    cause: ReplanCause
+    detail: str
+    node_index: int
+    tensor_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanBegin(Event):
+    galloc_id: int
+    plan_id: int
+    graph_id: int
+    n_nodes: int
+    n_leafs: int
+    alignments: tuple[int, ...]  # per slot
+
+
+@dataclass(frozen=True, slots=True)
+class PlanAlloc(Event):
+    """The planner gave ``tensor_id`` bytes: ``block`` is the free block index taken (-1: a new chunk)."""
+
+    plan_id: int
+    tensor_id: int
+    slot: int
+    chunk: int
+    offset: int
+    nbytes: int  # padded to the alignment
+    phase: int
+    block: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInplace(Event):
+    """``tensor_id`` took over ``parent_id``'s bytes."""
+
+    plan_id: int
+    tensor_id: int
+    parent_id: int
+    slot: int
+    chunk: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRefused(Event):
+    """``tensor_id`` could not take over ``parent_id`` in place."""
+
+    plan_id: int
+    tensor_id: int
+    parent_id: int
+    reason: RefuseReason
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFree(Event):
+    plan_id: int
+    tensor_id: int
+    slot: int
+    chunk: int
+    offset: int
+    nbytes: int  # padded
+
+
+@dataclass(frozen=True, slots=True)
+class PlanExternal(Event):
+    """A tensor of the graph already had data, so the planner skipped it (weights, inputs, or stale tensors)."""
+
+    plan_id: int
+    tensor_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEnd(Event):
+    """Chunk high-water marks per slot: ``chunk_sizes[slot][chunk]`` (slots sharing a buffer type repeat)."""
+
+    plan_id: int
+    chunk_sizes: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingBegin(Event):
+    galloc_id: int
+    binding_id: int
+    plan_id: int
+    graph_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BindingEnd(Event):
+    binding_id: int
+    ok: bool
+
+
+# -- the backend scheduler ----------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SchedReset(Event):
+    sched_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedSplit(Event):
+    """One split of a graph: the nodes a backend runs in a row, and the inputs copied to it."""
+
+    sched_id: int
+    graph_id: int
+    split_index: int
+    backend: str
+    nodes: tuple[int, ...]
+    inputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedCopy(Event):
+    """An input copy: ``copy_id`` holds ``src_id``'s value for split ``split_index`` (copy slot ``copy_index``)."""
+
+    sched_id: int
+    split_index: int
+    src_id: int
+    copy_id: int
+    copy_index: int
+    backend: str
+
+
+@dataclass(frozen=True, slots=True)
+class SchedAlloc(Event):
+    sched_id: int
+    graph_id: int
+    sched_graph_id: int
+    ok: bool
+
+
+# -- compute -----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ComputeBegin(Event):
+    compute_id: int
+    graph_id: int
+    backend: str
+    n_nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCompute(Event):
+    """Node ``index`` of the computing graph wrote ``tensor_id`` after reading ``reads``."""
+
+    compute_id: int
+    index: int
+    tensor_id: int
+    backend: str
+    reads: tuple[int, ...]
+    wall_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEnd(Event):
+    compute_id: int
+    wall_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCopy(Event):
+    """Bytes of ``src_id`` copied into ``dst_id`` (scheduler input copies, graph copies)."""
+
+    src_id: int
+    dst_id: int
+    nbytes: int
+
+
+# -- user I/O and annotations -------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TensorSet(Event):
+    tensor_id: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorGet(Event):
+    tensor_id: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSnapshot(Event):
+    """Captured tensor contents (``capture_values=True``): ``when`` is ``begin`` or ``end`` of ``compute_id``."""
+
+    tensor_id: int
+    compute_id: int
+    when: str
+    dtype: str
+    ne: tuple[int, ...]
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Marker(Event):
+    """A user annotation (``vizalloc.mark("epoch 2")``)."""
+
+    text: str
+
+
+AnyEvent = Union[
+    ContextCreated, ContextFreed, TensorCreated, TensorNamed, TensorFlagsSet, TensorSrcSet,
+    BufferAllocated, BufferFreed, BufferCleared, TensorPlaced, TensorCleared,
+    GraphCreated, GraphExpanded, Replan, PlanBegin, PlanAlloc, PlanInplace, PlanRefused,
+    PlanFree, PlanExternal, PlanEnd, BindingBegin, BindingEnd, SchedReset, SchedSplit,
+    SchedCopy, SchedAlloc, ComputeBegin, NodeCompute, ComputeEnd, TensorCopy, TensorSet,
+    TensorGet, ValueSnapshot, Marker,
+]
+
+#: Every event class by name, in a fixed order (the trace file numbers kinds by this order).
+KINDS: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]
+
+
+def payload_fields(cls: type[Event]) -> tuple[str, ...]:
+    """The names of a kind's own fields (after seq, t_ns, loc)."""
+    return tuple(f.name for f in fields(cls))[3:]
