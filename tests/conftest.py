@@ -1,0 +1,14 @@
+"""Shared test fixtures. Tests mirror the packages: tests/runtime, tests/trace, ..."""
+
+from __future__ import annotations
+
+import pytest
+
+from vizalloc.trace.recorder import ListRecorder
+
+
+@pytest.fixture
+def recorded():
+    """Record every event the runtime emits inside the test into ``recorded.events``."""
+    with ListRecorder() as rec:
+        yield rec
