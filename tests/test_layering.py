@@ -1,0 +1,78 @@
+"""Dependencies point one way: runtime → trace → analysis → export / tui → cli.
+
+``replay`` is the one way back from trace data into the runtime. The test walks every
+module's imports (top level and inside functions) with ``ast``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "vizalloc"
+
+# subpackage -> vizalloc subpackages it may import (besides itself and vizalloc.errors)
+ALLOWED: dict[str, set[str]] = {
+    "runtime": {"trace"},
+    "trace": set(),
+    "analysis": {"trace"},
+    "replay": {"runtime", "trace", "analysis"},
+    "export": {"trace", "analysis"},
+    "tui": {"trace", "analysis", "export"},
+    "scenarios": {"runtime", "trace"},
+    "cli": {"runtime", "trace", "analysis", "replay", "export", "tui", "scenarios"},
+}
+
+# the runtime may see only the trace's seam, not its files or API
+RUNTIME_TRACE_MODULES = {"vizalloc.trace.events", "vizalloc.trace.recorder", "vizalloc.trace"}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _modules() -> list[tuple[str, Path]]:
+    return [(p.relative_to(PACKAGE).parts[0], p) for p in sorted(PACKAGE.rglob("*.py")) if len(p.relative_to(PACKAGE).parts) > 1]
+
+
+@pytest.mark.parametrize(("layer", "path"), _modules(), ids=lambda v: str(v.relative_to(PACKAGE)) if isinstance(v, Path) else v)
+def test_imports_point_one_way(layer: str, path: Path) -> None:
+    allowed = ALLOWED.get(layer)
+    if allowed is None:
+        pytest.fail(f"{path} is in an unknown subpackage {layer!r}: add it to ALLOWED")
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[0] != "vizalloc" or len(parts) < 2:
+            continue
+        target = parts[1]
+        if target in (layer, "errors", "__init__") or target not in ALLOWED:
+            continue
+        assert target in allowed, f"{path.relative_to(PACKAGE)} imports {name}: {layer} may not depend on {target}"
+        if layer == "runtime" and target == "trace":
+            module = ".".join(parts[:3])
+            assert module in RUNTIME_TRACE_MODULES, f"{path.relative_to(PACKAGE)} imports {name}: the runtime sees only trace.events/recorder"
+
+
+def test_cupy_only_in_its_backend() -> None:
+    for layer, path in _modules():
+        if path.name == "cuda.py" and path.parent.name == "backends":
+            continue
+        for name in _imports(path):
+            assert name.split(".")[0] != "cupy", f"{path.relative_to(PACKAGE)} imports cupy; only runtime/backends/cuda.py may"
+
+
+def test_analysis_never_imports_textual() -> None:
+    for layer, path in _modules():
+        if layer in ("analysis", "trace", "runtime"):
+            for name in _imports(path):
+                assert name.split(".")[0] not in ("textual", "graphviz"), f"{path.relative_to(PACKAGE)} imports {name}"
