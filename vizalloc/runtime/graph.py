@@ -112,8 +112,9 @@ class Graph:
                 raise GraphError(f"graph #{self.id} is full: {self.size} nodes; create it with a larger size")
             if not t.name:
                 t.set_name(f"node_{len(self.nodes)}")
-            # ggml marks everything a forward expand reaches as computed; the allocator ignores it
-            t.flags = t.flags | int(Flag.COMPUTE)
+            # ggml marks every op it reaches as computed (not op-NONE params); the allocator ignores it
+            if t.op is not Op.NONE:
+                t.flags = t.flags | int(Flag.COMPUTE)
             self.nodes.append(t)
 
     def _extend(self, nodes: Iterable[Tensor], leafs: Iterable[Tensor]) -> None:
