@@ -1,0 +1,526 @@
+"""Backward graphs as ggml builds them (``ggml_build_backward_expand``, ``ggml_compute_backward``).
+
+``build_backward_expand(ctx, graph, grad_accs)`` appends to ``graph`` the gradient nodes
+that ggml appends: the same ops, in the same order, with the same shapes, names
+("grad for <src>") and gradient accumulators. Gradients live in ``graph.grads`` and
+``graph.grad_accs`` (tensor id -> tensor), ggml's ``grads[]`` / ``grad_accs[]``.
+
+    >>> from vizalloc.runtime import Context, F32, Graph, ops, set_loss, set_param
+    >>> from vizalloc.runtime.backward import build_backward_expand, graph_get_grad
+    >>> ctx = Context()
+    >>> w = ctx.new_tensor_1d(F32, 4); set_param(w)
+    >>> loss = ops.sum(ctx, ops.sqr(ctx, w)); set_loss(loss)
+    >>> g = Graph(grads=True); g.build_forward_expand(loss)
+    >>> build_backward_expand(ctx, g)
+    >>> graph_get_grad(g, w).op.name
+    'SCALE'
+
+Fidelity: a line-by-line port of ``src/ggml.c`` at d99724f2 for every op vizalloc has.
+ggml keys gradients by hash-set slot; vizalloc keys them by tensor id, which gives the
+same answers because each tensor owns exactly one slot in a graph. Ops vizalloc does not
+model (IM2COL, POOL_2D, WIN_PART, the EXPM1/SOFTPLUS unary ops) raise ``GraphError`` where
+ggml would build a gradient, and every ``GGML_ASSERT``/``GGML_ABORT`` of the original is a
+``GraphError`` naming the tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vizalloc.errors import GraphError
+from vizalloc.runtime import memory, ops
+from vizalloc.runtime.context import Context
+from vizalloc.runtime.dtype import DType
+from vizalloc.runtime.graph import Graph
+from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp
+
+__all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset"]
+
+#: ops whose result is a view that the backward pass knows how to differentiate
+_VIEWING_OPS = frozenset({Op.CPY, Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+
+
+def _label(t: Tensor) -> str:
+    return repr(t.name) if t.name else f"#{t.id}"
+
+
+def graph_get_grad(graph: Graph, t: Tensor) -> Tensor | None:
+    """``ggml_graph_get_grad``: the gradient of ``t`` in ``graph`` (None if none or not in the graph)."""
+    if not graph.contains(t):
+        return None
+    return graph.grads.get(t.id)
+
+
+def graph_get_grad_acc(graph: Graph, t: Tensor) -> Tensor | None:
+    """``ggml_graph_get_grad_acc``: the gradient accumulator of ``t`` in ``graph``, or None."""
+    if not graph.contains(t):
+        return None
+    return graph.grad_accs.get(t.id)
+
+
+# -- the four ways ggml updates a source's gradient -------------------------------
+
+def _finish(ctx: Context, graph: Graph, src: Tensor, new_grad: Tensor) -> None:
+    graph.grads[src.id] = new_grad
+    new_grad.set_name(f"grad for {src.name}")
+    graph.build_forward_expand(new_grad)
+
+
+def _add_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
+    """``ggml_add_or_set``: accumulate in place into an accumulator, else add, else set."""
+    cur = graph.grads.get(src.id)
+    if cur is not None:
+        inplace = src.id in graph.grad_accs
+        new = ops.add_inplace(ctx, cur, t) if inplace else ops.add(ctx, cur, t)
+    else:
+        new = t
+    _finish(ctx, graph, src, new)
+
+
+def _acc_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor, nb1: int, nb2: int, nb3: int,
+                offset: int) -> None:
+    """``ggml_acc_or_set``: the gradient of a view lands in a zero tensor shaped like the source."""
+    cur = graph.grads.get(src.id)
+    if cur is not None:
+        if src.id in graph.grad_accs:
+            new = ops.acc_inplace(ctx, cur, t, nb1, nb2, nb3, offset)
+        else:
+            new = ops.acc(ctx, cur, t, nb1, nb2, nb3, offset)
+    else:
+        a_zero = ops.scale(ctx, src, 0.0)  # ggml's FIXME: NaN if src holds inf/NaN
+        new = ops.acc(ctx, a_zero, t, nb1, nb2, nb3, offset)
+    _finish(ctx, graph, src, new)
+
+
+def _add1_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
+    """``ggml_add1_or_set``: a scalar gradient broadcast over the source."""
+    cur = graph.grads.get(src.id)
+    if cur is not None:
+        inplace = src.id in graph.grad_accs
+        new = ops.add1_inplace(ctx, cur, t) if inplace else ops.add1(ctx, cur, t)
+    else:
+        new = ops.repeat(ctx, t, src)
+    _finish(ctx, graph, src, new)
+
+
+def _sub_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
+    """``ggml_sub_or_set``: subtract from the gradient, or set it to the negation."""
+    cur = graph.grads.get(src.id)
+    if cur is not None:
+        inplace = src.id in graph.grad_accs
+        new = ops.sub_inplace(ctx, cur, t) if inplace else ops.sub(ctx, cur, t)
+    else:
+        new = ops.neg(ctx, t)
+    _finish(ctx, graph, src, new)
+
+
+# -- op parameters, read as ggml reads its int32/float op_params --------------------
+
+def _param(t: Tensor, i: int, default: object = None) -> object:
+    if i < len(t.op_params):
+        return t.op_params[i]
+    if default is None:
+        raise GraphError(f"tensor {_label(t)} ({t.op.name}) lacks op parameter {i}; it was not built by vizalloc.ops")
+    return default
+
+
+def _unary_op(t: Tensor) -> UnaryOp:
+    p = _param(t, 0)
+    if isinstance(p, UnaryOp):
+        return p
+    return UnaryOp(str(getattr(p, "value", p)).upper())
+
+
+def _same_shape(a: Tensor, b: Tensor) -> bool:
+    return a.ne == b.ne
+
+
+def _is_contiguous(t: Tensor) -> bool:
+    """``ggml_is_contiguous``: strides of a fresh tensor, ignoring dimensions of size 1."""
+    next_nb = t.type.type_size
+    if t.ne[0] != 1 and t.nb[0] != next_nb:
+        return False
+    next_nb *= t.ne[0]
+    for i in range(1, 4):
+        if t.ne[i] != 1:
+            if t.nb[i] != next_nb:
+                return False
+            next_nb *= t.ne[i]
+    return True
+
+
+# -- ggml_compute_backward ------------------------------------------------------------
+
+def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: set[int]) -> None:
+    grad = graph_get_grad(graph, tensor)
+    if grad is None:
+        return
+    srcs = tensor.src
+    src0 = srcs[0] if len(srcs) > 0 else None
+    src1 = srcs[1] if len(srcs) > 1 else None
+    src2 = srcs[2] if len(srcs) > 2 else None
+
+    def needs(s: Tensor | None) -> bool:
+        return s is not None and graph.contains(s) and s.id in grads_needed
+
+    n0, n1, n2 = needs(src0), needs(src1), needs(src2)
+    op = tensor.op
+
+    if op is Op.DUP:
+        if n0:
+            _add_or_set(ctx, graph, src0, grad)
+    elif op is Op.ADD:
+        if n0:
+            _add_or_set(ctx, graph, src0, grad)
+        if n1:
+            tmp = grad
+            if not _same_shape(src0, src1):
+                tmp = ops.repeat_back(ctx, tmp, src1)
+            _add_or_set(ctx, graph, src1, tmp)
+    elif op is Op.ADD1:
+        if n0:
+            _add_or_set(ctx, graph, src0, grad)
+        if n1:
+            _add_or_set(ctx, graph, src1, ops.mean(ctx, grad))  # ggml's TODO: sum would be right
+    elif op is Op.ACC:
+        if n0:
+            _add_or_set(ctx, graph, src0, grad)
+        if n1:
+            nb1, nb2, nb3, offset = (int(_param(tensor, k)) for k in range(4))
+            view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
+            _add_or_set(ctx, graph, src1, ops.reshape(ctx, ops.cont(ctx, view), src1))
+    elif op is Op.SUB:
+        if n0:
+            _add_or_set(ctx, graph, src0, grad)
+        if n1:
+            _sub_or_set(ctx, graph, src1, grad)
+    elif op is Op.MUL:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.mul(ctx, grad, src1))
+        if n1:
+            tmp = ops.mul(ctx, src0, grad)
+            if not _same_shape(src0, src1):
+                tmp = ops.repeat_back(ctx, tmp, src1)
+            _add_or_set(ctx, graph, src1, tmp)
+    elif op is Op.DIV:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.div(ctx, grad, src1))
+        if n1:
+            _sub_or_set(ctx, graph, src1, ops.mul(ctx, grad, ops.div(ctx, tensor, src1)))
+    elif op is Op.SQR:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.scale(ctx, ops.mul(ctx, src0, grad), 2.0))
+    elif op is Op.SQRT:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.scale(ctx, ops.div(ctx, grad, tensor), 0.5))
+    elif op is Op.LOG:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.div(ctx, grad, src0))
+    elif op is Op.SIN:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.mul(ctx, grad, ops.cos(ctx, src0)))
+    elif op is Op.COS:
+        if n0:
+            _sub_or_set(ctx, graph, src0, ops.mul(ctx, grad, ops.sin(ctx, src0)))
+    elif op is Op.SUM:
+        if n0:
+            _add1_or_set(ctx, graph, src0, grad)
+    elif op is Op.SUM_ROWS:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.repeat(ctx, grad, src0))
+    elif op is Op.MEAN:
+        if n0:
+            _add1_or_set(ctx, graph, src0, ops.scale(ctx, grad, 1.0 / src0.ne[0]))
+    elif op is Op.REPEAT:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.repeat_back(ctx, grad, src0))
+    elif op is Op.REPEAT_BACK:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.repeat(ctx, grad, src0))
+    elif op is Op.RMS_NORM:
+        if n0:
+            eps = float(_param(tensor, 0))
+            _add_or_set(ctx, graph, src0, ops.rms_norm_back(ctx, grad, src0, eps))
+    elif op is Op.MUL_MAT:
+        _backward_mul_mat(ctx, graph, tensor, grad, src0, src1, n0, n1)
+    elif op is Op.SCALE:
+        if n0:
+            s = float(_param(tensor, 0))
+            _add_or_set(ctx, graph, src0, ops.scale(ctx, grad, s))
+    elif op is Op.SET:
+        _backward_set(ctx, graph, tensor, grad, src0, src1, n0, n1)
+    elif op is Op.CPY:
+        # cpy overwrites src1 with src0: tensor = src0 * 1 + src1 * 0
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.reshape(ctx, grad, src0))
+    elif op is Op.CONT:
+        if n0:
+            cur = graph.grads.get(src0.id)
+            if cur is not None and not _is_contiguous(cur):
+                raise GraphError(f"backward of CONT {_label(tensor)}: the gradient of {_label(src0)} is not contiguous")
+            if not _is_contiguous(grad) or grad.nelements != src0.nelements:
+                raise GraphError(f"backward of CONT {_label(tensor)}: gradient {_label(grad)} does not fit the source")
+            _add_or_set(ctx, graph, src0, grad if _same_shape(tensor, src0) else ops.reshape(ctx, grad, src0))
+    elif op is Op.RESHAPE:
+        if n0:
+            grad_cont = grad if _is_contiguous(grad) else ops.cont(ctx, grad)
+            _add_or_set(ctx, graph, src0, ops.reshape(ctx, grad_cont, src0))
+    elif op is Op.VIEW:
+        if n0:
+            _backward_view(ctx, graph, tensor, grad, src0)
+    elif op is Op.PERMUTE:
+        if n0:
+            axes = [int(_param(tensor, k)) & 0x3 for k in range(4)]
+            axb = [0, 0, 0, 0]
+            for k, axis in enumerate(axes):
+                axb[axis] = k
+            _add_or_set(ctx, graph, src0, ops.permute(ctx, grad, axb[0], axb[1], axb[2], axb[3]))
+    elif op is Op.TRANSPOSE:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.transpose(ctx, grad))
+    elif op is Op.GET_ROWS:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.get_rows_back(ctx, grad, src1, src0))
+    elif op in (Op.DIAG_MASK_INF, Op.DIAG_MASK_ZERO):
+        if n0:
+            n_past = int(_param(tensor, 0))
+            _add_or_set(ctx, graph, src0, ops.diag_mask_zero(ctx, grad, n_past))
+    elif op is Op.SOFT_MAX:
+        if n0:
+            scale = float(_param(tensor, 0, 1.0))
+            max_bias = float(_param(tensor, 1, 0.0))
+            _add_or_set(ctx, graph, src0, ops.soft_max_ext_back(ctx, grad, tensor, scale, max_bias))
+        if src1 is not None and n1:
+            raise GraphError(f"backward of SOFT_MAX {_label(tensor)}: gradients for the mask are not implemented (as in ggml)")
+    elif op is Op.ROPE:
+        if n0:
+            _add_or_set(ctx, graph, src0, _rope_back(ctx, tensor, grad, src1, src2))
+        if src2 is not None and n2:
+            raise GraphError(f"backward of ROPE {_label(tensor)}: gradients for freq factors are not implemented (as in ggml)")
+    elif op is Op.UNARY:
+        _backward_unary(ctx, graph, tensor, grad, src0, n0)
+    elif op is Op.CROSS_ENTROPY_LOSS:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.cross_entropy_loss_back(ctx, grad, src0, src1))
+        if n1:
+            raise GraphError(f"backward of CROSS_ENTROPY_LOSS {_label(tensor)}: no gradient for the labels (as in ggml)")
+    elif op is Op.GLU:
+        _backward_glu(ctx, graph, tensor, grad, src0, src1, n0, n1)
+    elif op is Op.NONE:
+        pass
+    else:
+        raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {_label(tensor)})")
+
+    for s, n in ((src0, n0), (src1, n1), (src2, n2)):
+        if n:
+            g = graph.grads.get(s.id)  # type: ignore[union-attr]
+            if g is None or not _same_shape(s, g):  # type: ignore[arg-type]
+                raise GraphError(
+                    f"backward of {op.name} {_label(tensor)}: gradient of {_label(s)} has shape "  # type: ignore[arg-type]
+                    f"{None if g is None else list(g.ne)}, expected {list(s.ne)}"  # type: ignore[union-attr]
+                )
+
+
+def _backward_mul_mat(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor,
+                      n0: bool, n1: bool) -> None:
+    # tensor [m,p,qq,rr] = src0 [n,m,q1,r1] x src1 [n,p,qq,rr]
+    if n0:
+        if grad.ne[2] != src1.ne[2] or grad.ne[3] != src1.ne[3]:
+            raise GraphError(f"backward of MUL_MAT {_label(tensor)}: gradient batch dims do not match src1")
+        tmp = ops.out_prod(ctx, src1, grad)  # [n,m,qq,rr]
+        if not _same_shape(tmp, src0):
+            if tmp.ne[0] != src0.ne[0] or tmp.ne[1] != src0.ne[1] or tmp.ne[3] != 1:
+                raise GraphError(f"backward of MUL_MAT {_label(tensor)}: broadcast gradient shape {list(tmp.ne)}")
+            nr2 = tmp.ne[2] // src0.ne[2]
+            nb2 = tmp.nb[2] * nr2
+            nb3 = tmp.nb[2]
+            tmp = ops.view_4d(ctx, tmp, src0.ne[0], src0.ne[1], src0.ne[2], nr2, tmp.nb[1], nb2, nb3, 0)
+            tmp = ops.repeat_back(ctx, tmp, src0)
+        _add_or_set(ctx, graph, src0, tmp)
+    if n1:
+        # transpose the (usually smaller) gradient instead of src0, then out_prod
+        _add_or_set(ctx, graph, src1, ops.out_prod(ctx, src0, ops.transpose(ctx, grad)))
+
+
+def _backward_set(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor,
+                  n0: bool, n1: bool) -> None:
+    nb1, nb2, nb3, offset = (int(_param(tensor, k)) for k in range(4))
+    view = None
+    if n0 or n1:
+        if src0.type is not tensor.type:
+            raise GraphError(f"backward of SET {_label(tensor)}: source type {src0.type.label} != {tensor.type.label}")
+        view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
+    if n0:
+        tmp = ops.neg(ctx, view)
+        _add_or_set(ctx, graph, src0, ops.acc(ctx, grad, tmp, nb1, nb2, nb3, offset))
+    if n1:
+        _add_or_set(ctx, graph, src1, ops.reshape(ctx, ops.cont(ctx, view), src1))
+
+
+def _backward_view(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor) -> None:
+    offset = int(_param(tensor, 0))
+    nb1, nb2, nb3 = tensor.nb[1], tensor.nb[2], tensor.nb[3]
+    cur = graph.grads.get(src0.id)
+    if cur is not None and src0.type is not cur.type:
+        # the gradient is usually f32 while src0 may be another type: rescale the strides
+        ng, n0 = cur.type.type_size, src0.type.type_size
+        if offset % n0 or nb1 % n0 or nb2 % n0 or nb3 % n0:
+            raise GraphError(f"backward of VIEW {_label(tensor)}: strides are not multiples of the element size")
+        offset, nb1, nb2, nb3 = (offset // n0) * ng, (nb1 // n0) * ng, (nb2 // n0) * ng, (nb3 // n0) * ng
+    _acc_or_set(ctx, graph, src0, grad, nb1, nb2, nb3, offset)
+
+
+def _rope_back(ctx: Context, tensor: Tensor, grad: Tensor, src1: Tensor, src2: Tensor | None) -> Tensor:
+    p = tensor.op_params
+    n_dims, mode, n_ctx_orig = int(p[1]), int(p[2]), int(p[4])
+    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (float(x) for x in p[5:11])
+    if grad.ne[2] == src1.ne[0]:
+        return ops.rope_ext_back(ctx, grad, src1, src2, n_dims, mode, n_ctx_orig, freq_base, freq_scale,
+                                 ext_factor, attn_factor, beta_fast, beta_slow)
+    sections = [int(x) for x in p[11:15]]
+    return ops.rope_multi_back(ctx, grad, src1, src2, n_dims, sections, mode, n_ctx_orig, freq_base, freq_scale,
+                               ext_factor, attn_factor, beta_fast, beta_slow)
+
+
+def _backward_unary(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, n0: bool) -> None:
+    uop = _unary_op(tensor)
+    if uop in (UnaryOp.SGN, UnaryOp.STEP):
+        return  # piecewise constant
+    if uop is UnaryOp.ABS:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.mul(ctx, ops.sgn(ctx, src0), grad))
+    elif uop is UnaryOp.NEG:
+        if n0:
+            _sub_or_set(ctx, graph, src0, grad)
+    elif uop is UnaryOp.RELU:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.mul(ctx, ops.step(ctx, src0), grad))
+    elif uop is UnaryOp.SILU:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.silu_back(ctx, grad, src0))
+    elif uop is UnaryOp.EXP:
+        if n0:
+            _add_or_set(ctx, graph, src0, ops.mul(ctx, tensor, grad))
+    else:
+        raise GraphError(f"unsupported unary op for the backward pass: {uop.name} (tensor {_label(tensor)})")
+
+
+def _backward_glu(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor | None,
+                  n0: bool, n1: bool) -> None:
+    glu = _param(tensor, 0)
+    name = str(getattr(glu, "name", glu)).upper()
+    if name != "SWIGLU":
+        raise GraphError(f"unsupported glu op for the backward pass: {name} (tensor {_label(tensor)})")
+    if n0:
+        if src1 is None:
+            raise GraphError(f"backward of GLU {_label(tensor)}: only implemented for split swiglu (as in ggml)")
+        _add_or_set(ctx, graph, src0, ops.silu_back(ctx, ops.mul(ctx, grad, src1), src0))
+    if n1:
+        _add_or_set(ctx, graph, src1, ops.mul(ctx, ops.silu(ctx, src0), grad))  # type: ignore[arg-type]
+
+
+# -- ggml_build_backward_expand ------------------------------------------------------
+
+def _ignored_sources(node: Tensor) -> tuple[bool, ...]:
+    """Sources whose gradient cannot affect the output's gradient (ggml's ignore_src)."""
+    ignore = [False] * len(node.src)
+    if node.op is Op.UNARY and node.src:
+        if _unary_op(node) in (UnaryOp.SGN, UnaryOp.STEP):
+            ignore[0] = True  # piecewise constant
+    elif node.op in (Op.CPY, Op.GET_ROWS, Op.GET_ROWS_BACK, Op.ROPE) and len(ignore) > 1:
+        ignore[1] = True  # copy target, row indices, positions
+    return tuple(ignore)
+
+
+def build_backward_expand(ctx: Context, graph: Graph, grad_accs: Sequence[Tensor | None] | None = None) -> None:
+    """``ggml_build_backward_expand``: append the backward pass of ``graph`` to ``graph``.
+
+    Args:
+        ctx: where the gradient tensors are made.
+        graph: a forward graph built with ``Graph(grads=True)`` holding a PARAM and a LOSS node.
+        grad_accs: optional accumulators, indexed like ``graph.nodes`` (ggml-opt passes one per
+            PARAM node when accumulating, and one for the loss). A node with an accumulator
+            gets its gradients added *in place* into it (views of the accumulator).
+
+    The loss gets a fresh f32 accumulator in ``ctx`` when none is given; ``graph_reset``
+    writes 1 into it before the first compute.
+    """
+    if not graph.nodes:
+        raise GraphError(f"build_backward_expand: graph #{graph.id} has no nodes; expand the forward pass first")
+    if not graph.has_grads:
+        raise GraphError(
+            f"build_backward_expand: graph #{graph.id} has no gradient slots; create it with Graph(grads=True) "
+            "or copy it with dup() from such a graph"
+        )
+    nodes_f = list(graph.nodes)
+    graph.grads.clear()
+    graph.grad_accs.clear()
+    grads_needed: set[int] = set()
+
+    if not any(n.flags & Flag.PARAM for n in nodes_f):
+        raise GraphError("build_backward_expand: no trainable parameters found; call set_param on the weights")
+    if not any(n.flags & Flag.LOSS for n in nodes_f):
+        raise GraphError("build_backward_expand: no training loss found; call set_loss on the loss")
+
+    for i, node in enumerate(nodes_f):
+        if node.type is DType.I32:
+            continue
+        node_needs_grad = bool(node.flags & (Flag.PARAM | Flag.LOSS))
+        ignore = _ignored_sources(node)
+        for j, s in enumerate(node.src):
+            if s is None or ignore[j] or s.id not in grads_needed:
+                continue
+            if s.type not in (DType.F32, DType.F16):
+                raise GraphError(f"build_backward_expand: {_label(s)} needs a gradient but is {s.type.label}")
+            node_needs_grad = True
+            break
+        if not node_needs_grad:
+            continue
+        if node.view_src is not None and node.op not in _VIEWING_OPS:
+            raise GraphError(
+                f"build_backward_expand: in-place op {node.op.name} ({_label(node)}) in the forward pass; "
+                "use the out-of-place op for tensors that need gradients"
+            )
+        acc = grad_accs[i] if grad_accs is not None and i < len(grad_accs) else None
+        if acc is not None:
+            graph.grad_accs[node.id] = acc
+            graph.grads[node.id] = acc
+        elif node.flags & Flag.LOSS:
+            # a loss always needs an accumulator (graph_reset seeds it with 1)
+            acc = ctx.new_tensor(DType.F32, node.ne)
+            graph.grad_accs[node.id] = acc
+            graph.grads[node.id] = acc
+        grads_needed.add(node.id)
+
+    for node in reversed(nodes_f):
+        # in-place gradient updates only for accumulators; the allocator makes the rest in place
+        _compute_backward(ctx, graph, node, grads_needed)
+
+
+def graph_reset(graph: Graph) -> None:
+    """``ggml_graph_reset``: loss gradients to 1, other accumulators to 0, AdamW momenta to 0.
+
+    Needs the accumulators (and momenta) to have memory; raises ``NoMemoryError`` otherwise.
+    """
+    if not graph.has_grads:
+        raise GraphError(f"graph_reset: graph #{graph.id} has no gradient slots")
+    for node in graph.nodes:
+        grad_acc = graph.grad_accs.get(node.id)
+        if node.op is Op.OPT_STEP_ADAMW:
+            _set_zero(node.src[2])  # m
+            _set_zero(node.src[3])  # v
+        if grad_acc is None:
+            continue
+        if node.flags & Flag.LOSS:
+            if grad_acc.type is not DType.F32 or grad_acc.nelements != 1:
+                raise GraphError(f"graph_reset: loss accumulator {_label(grad_acc)} must be a scalar f32")
+            memory.tensor_set(grad_acc, [1.0])
+        else:
+            _set_zero(grad_acc)
+
+
+def _set_zero(t: Tensor | None) -> None:
+    """``ggml_set_zero`` (through the buffer when the tensor has one, else its data pointer)."""
+    if t is None or t.nbytes == 0:
+        return
+    memory.tensor_memset(t, 0)
