@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
+from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import VizallocError
 from vizalloc.export.escape import LABEL_CHARS, dot_html, dot_quoted, dot_quoted_lines
 from vizalloc.export.graph_fold import DEFAULT_FOLD, fold_groups, limit_nodes
@@ -30,7 +31,6 @@ from vizalloc.export.graph_model import (
     build_graph_model,
 )
 from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape
-from vizalloc.trace import events as ev
 
 #: Fill colours for buffers, in legend order (ColorBrewer Set3, light enough for black text).
 BUFFER_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -207,21 +207,31 @@ def prepare(model: GraphModel, *, fold: str | None = None, max_nodes: int = DEFA
     return limit_nodes(model, max_nodes)
 
 
-def graph_dot(events: Sequence[ev.Event], *, graph_id: int | None = None, binding_id: int | None = None,
+def graph_dot(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
               highlights: Sequence[Highlight] = (), fold: str | None = None,
               max_nodes: int = DEFAULT_MAX_NODES) -> str:
-    """Events in, DOT text out: collect, fold/limit, render."""
-    prefer = sorted({b for b in _bindings_of(events, highlights)})
-    model = build_graph_model(events, graph_id=graph_id, binding_id=binding_id, highlights=highlights,
-                              prefer_bindings=prefer)
-    return dot_text(prepare(model, fold=fold, max_nodes=max_nodes))
+    """Trace model in, DOT text out: collect, fold/limit, render."""
+    gm = build_graph_model(model, graph_id=graph_id, binding_id=binding_id, highlights=highlights,
+                           prefer_bindings=bindings_with(model, highlights))
+    return dot_text(prepare(gm, fold=fold, max_nodes=max_nodes))
 
 
-def _bindings_of(events: Sequence[ev.Event], highlights: Sequence[Highlight]) -> list[int]:
-    """Bindings that placed a tensor named in a finding (the default diagram shows one of them)."""
-    wanted = {h.tensor_id for h in highlights}
-    return [e.binding_id for e in events
-            if isinstance(e, ev.TensorPlaced) and e.binding_id >= 0 and e.tensor_id in wanted]
+def bindings_with(model: TraceModel, highlights: Sequence[Highlight]) -> list[int]:
+    """For each finding, the latest binding that placed one of its tensors (where the collision
+    happens); in finding order, without repeats. The default diagram shows the first."""
+    placed_by: dict[int, list[int]] = {}
+    for p in model.placements:
+        if p.binding_id >= 0:
+            placed_by.setdefault(p.tensor_id, []).append(p.binding_id)
+    out: list[int] = []
+    for h in highlights:
+        if h.binding_id >= 0:
+            found = [h.binding_id]
+        else:
+            found = placed_by.get(h.tensor_id, []) + placed_by.get(h.other_id, [])
+        if found and max(found) not in out:
+            out.append(max(found))
+    return out
 
 
 def find_dot() -> str | None:

@@ -8,14 +8,16 @@ with their reason. Big graphs are then made readable by :mod:`vizalloc.export.gr
 :mod:`vizalloc.export.dot` turns the model into text.
 
     >>> from vizalloc.export.graph_model import build_graph_model
-    >>> model = build_graph_model(events)           # doctest: +SKIP
+    >>> model = build_graph_model(build_model(events))   # doctest: +SKIP
     >>> [n.name for n in model.nodes]               # doctest: +SKIP
     ['a', 'b', 'c']
 
-Stale tensors are found here from the events alone (no analysis needed): a tensor of
-the bound graph whose current placement came from an *earlier* binding of the same
-graph allocator under another plan, or lies in a freed buffer. Hazard *pairs* come
-from the analysis (``vizalloc.analysis.hazards``) through :class:`Highlight`.
+Facts come from the analysis model (``vizalloc.analysis.model``). A tensor is marked
+stale when, right after the binding, its placement is dangling (freed buffer), or is
+stale in the model's sense (its allocator re-planned or was reset) *and* the binding's
+plan skipped it as external: a stale tensor whose bytes the plan still assigns to it
+(same plan re-bound after a reset) is not flagged, since nothing else is put there.
+Hazard *pairs* come from ``vizalloc.analysis.hazards`` through :class:`Highlight`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vizalloc.export.trace_index import Selection, TraceIndex, index_events, select
+from vizalloc.analysis.model import PlacementState, TraceModel
+from vizalloc.export.selection import Selection, select
 from vizalloc.trace import events as ev
 
 TensorId = int
@@ -59,6 +62,7 @@ class Highlight:
     other_id: TensorId
     kind: str     # the HazardKind value: stale-overlap, use-after-reuse, ...
     reason: str   # one short line: "bytes [0, 256) of buffer #1, steps 2..5"
+    binding_id: int = -1  # the binding where it happens, when known
 
 
 @dataclass(frozen=True)
@@ -127,13 +131,12 @@ def tensor_key(tensor_id: TensorId) -> str:
     return f"t{tensor_id}"
 
 
-def build_graph_model(events: Sequence[ev.Event], *, graph_id: int | None = None,
-                      binding_id: int | None = None, highlights: Sequence[Highlight] = (),
-                      prefer_bindings: Sequence[int] = ()) -> GraphModel:
+def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
+                      highlights: Sequence[Highlight] = (), prefer_bindings: Sequence[int] = ()) -> GraphModel:
     """Collect the diagram of one graph (see the module docstring).
 
     Args:
-        events: the trace's events in order.
+        model: the analysis model of the trace.
         graph_id: the graph to draw (its latest binding).
         binding_id: the binding to draw (wins over ``graph_id``).
         highlights: findings from the analysis to mark (hazard pairs).
@@ -142,53 +145,51 @@ def build_graph_model(events: Sequence[ev.Event], *, graph_id: int | None = None
     Raises:
         UsageError: the graph or binding is not in the trace.
     """
-    sel = select(events, graph_id=graph_id, binding_id=binding_id, prefer=prefer_bindings)
-    idx = index_events(events, sel.cut_seq)
-    graph = idx.graphs[sel.graph_id]
-    plan = idx.plans.get(sel.plan_id)
+    sel = select(model, graph_id=graph_id, binding_id=binding_id, prefer=prefer_bindings)
+    cut = sel.cut_seq
+    binding = model.bindings.get(sel.binding_id)
+    snap = binding.graph if binding is not None and binding.graph is not None else model.graphs[sel.graph_id].snapshot()
+    plan = model.plans.get(sel.plan_id)
 
-    # 1. the tensors to draw: leafs, nodes, then whatever they reference that is in neither list
+    # 1. the tensors to draw: leafs, nodes, split copies, then whatever they reference
     roles: dict[TensorId, NodeRole] = {}
-    for t in graph.leafs:
+    for t in snap.leafs:
         roles.setdefault(t, NodeRole.LEAF)
-    for t in graph.nodes:
+    for t in snap.nodes:
         roles.setdefault(t, NodeRole.NODE)
-    splits = idx.splits.get(sel.graph_id) or idx.splits.get(sel.user_graph_id) or []
+    splits = _splits_at(model, {sel.graph_id, sel.user_graph_id}, cut)
     split_of: dict[TensorId, int] = {}
-    for s in splits:
-        for t in s.nodes:
-            split_of.setdefault(t, s.split_index)
-        for c in s.copies:
-            split_of[c.copy_id] = s.split_index
+    for split, copies in splits:
+        for t in split.nodes:
+            split_of.setdefault(t, split.split_index)
+        for c in copies:
+            split_of[c.copy_id] = split.split_index
             roles[c.copy_id] = NodeRole.COPY
-    order = list(roles)
-    for tid in list(order):
-        info = idx.tensors.get(tid)
-        if info is None:
-            continue
-        for ref in [*info.srcs, info.view_src]:
+    srcs_of = {tid: _srcs_at(model, tid, cut) for tid in roles}
+    for tid in list(roles):
+        info = model.tensors.get(tid)
+        for ref in [*srcs_of[tid], info.view_src if info is not None else -1]:
             if ref >= 0 and ref not in roles:
                 roles[ref] = NodeRole.EXTRA
-                order.append(ref)
+                srcs_of[ref] = _srcs_at(model, ref, cut)
 
-    # 2. findings per tensor: stale (from events) and hazards (from the analysis)
-    stale = _stale_reasons(idx, sel, roles)
+    # 2. findings per tensor: stale (model + plan) and hazards (from the analysis)
+    externals = {d.tensor_id for d in plan.externals} if plan is not None else set()
     lines_of: dict[TensorId, list[str]] = {}
     for h in highlights:
         for tid, other in ((h.tensor_id, h.other_id), (h.other_id, h.tensor_id)):
             if tid in roles:
-                with_other = f" with {_name(idx, other)}" if other >= 0 else ""
+                with_other = f" with {model.label(other)}" if other >= 0 else ""
                 lines_of.setdefault(tid, []).append(f"{h.kind}{with_other}: {h.reason}")
 
     # 3. nodes
-    nodes: list[GNode] = []
-    for tid in order:
-        nodes.append(_node(idx, tid, roles[tid], stale.get(tid, ""), tuple(lines_of.get(tid, ())),
-                           split_of.get(tid, -1)))
+    nodes = [_node(model, tid, role, cut, tid in externals or plan is None, tuple(lines_of.get(tid, ())),
+                   split_of.get(tid, -1))
+             for tid, role in roles.items()]
 
-    # 4. edges: data, view (merged with src[0] when it is the view root), in-place, copy, hazard
+    # 4. edges: data, view (merged with the source slot that is the view root), in-place, copy, hazard
     edges: list[GEdge] = []
-    inplace = plan.inplace if plan is not None else {}
+    inplace = {d.tensor_id: d.parent_id for d in plan.inplace} if plan is not None else {}
     seen: set[tuple[str, str, EdgeKind]] = set()
 
     def add(src: TensorId, dst: TensorId, kind: EdgeKind, label: str = "") -> None:
@@ -197,66 +198,118 @@ def build_graph_model(events: Sequence[ev.Event], *, graph_id: int | None = None
             seen.add(key)
             edges.append(GEdge(key[0], key[1], kind, label))
 
-    for tid in order:
-        info = idx.tensors.get(tid)
+    for tid in roles:
+        info = model.tensors.get(tid)
         if info is None:
             continue
+        srcs = srcs_of[tid]
         parent = inplace.get(tid, -1)
-        for slot, s in enumerate(info.srcs):
+        view_label = f"view +{info.view_offs}" if info.view_offs else "view"
+        for slot, s in enumerate(srcs):
             if s < 0:
                 continue
             if s == info.view_src:
-                add(s, tid, EdgeKind.VIEW, f"view +{info.view_offs}" if info.view_offs else "view")
+                add(s, tid, EdgeKind.VIEW, view_label)
             elif s == parent:
                 add(s, tid, EdgeKind.INPLACE, "in-place")
             else:
                 add(s, tid, EdgeKind.DATA, f"src{slot}" if slot else "")
-        if info.view_src >= 0 and info.view_src not in info.srcs:
-            add(info.view_src, tid, EdgeKind.VIEW, f"view +{info.view_offs}" if info.view_offs else "view")
-        if parent >= 0 and parent not in info.srcs:
+        if info.view_src >= 0 and info.view_src not in srcs:
+            add(info.view_src, tid, EdgeKind.VIEW, view_label)
+        if parent >= 0 and parent not in srcs:
             add(parent, tid, EdgeKind.INPLACE, "in-place")
-    for s in splits:
-        for c in s.copies:
-            add(c.src_id, c.copy_id, EdgeKind.COPY, f"copy to {s.backend}")
+    for split, copies in splits:
+        for c in copies:
+            add(c.src_id, c.copy_id, EdgeKind.COPY, f"copy to {split.backend}")
     for h in highlights:
         if h.other_id >= 0:
             add(h.other_id, h.tensor_id, EdgeKind.HAZARD, h.kind)
 
     # 5. clusters (scheduler splits) and the legend's buffers
     clusters = tuple(
-        GCluster(f"cluster_split{s.split_index}", f"split {s.split_index}: {s.backend}", s.backend,
-                 tuple(n.key for n in nodes if n.split == s.split_index))
-        for s in splits
+        GCluster(f"cluster_split{split.split_index}", f"split {split.split_index}: {split.backend}", split.backend,
+                 tuple(n.key for n in nodes if n.split == split.split_index))
+        for split, _ in splits
     )
-    used = sorted({n.buffer_id for n in nodes if n.buffer_id >= 0})
-    buffers = tuple(
-        BufferKey(b, idx.buffers[b].backend, idx.buffers[b].buft, idx.buffers[b].nbytes, idx.buffers[b].usage,
-                  b in idx.freed_buffers)
-        if b in idx.buffers else BufferKey(b, "?", "?", 0, "?", False)
-        for b in used
-    )
+    buffers = []
+    for b in sorted({n.buffer_id for n in nodes if n.buffer_id >= 0}):
+        info_b = model.buffers.get(b)
+        if info_b is None:
+            buffers.append(BufferKey(b, "?", "?", 0, "?", False))
+        else:
+            buffers.append(BufferKey(b, info_b.backend, info_b.buft, info_b.nbytes, info_b.usage,
+                                     info_b.freed_seq <= cut))
     notes = []
     n_stale = sum(1 for n in nodes if n.stale)
     if n_stale:
         notes.append(f"{n_stale} stale tensor(s)")
     if highlights:
         notes.append(f"{len(highlights)} finding(s)")
-    return GraphModel(sel.title, sel, tuple(nodes), tuple(edges), clusters, buffers, tuple(notes))
+    return GraphModel(sel.title, sel, tuple(nodes), tuple(edges), clusters, tuple(buffers), tuple(notes))
 
 
-def _name(idx: TraceIndex, tid: TensorId) -> str:
-    info = idx.tensors.get(tid)
-    return info.name if info is not None and info.name else f"#{tid}"
+def _srcs_at(model: TraceModel, tid: TensorId, cut: int) -> list[int]:
+    """A tensor's source slots as they were at ``cut`` (the scheduler rewrites them later)."""
+    info = model.tensors.get(tid)
+    if info is None:
+        return []
+    srcs: list[int] | None = None
+    for idx in info.history:
+        e = model.events[idx]
+        if e.seq > cut:
+            break
+        if isinstance(e, ev.TensorCreated) and e.tensor_id == tid:
+            srcs = list(e.srcs)
+        elif isinstance(e, ev.TensorSrcSet) and e.tensor_id == tid:
+            srcs = srcs if srcs is not None else list(info.srcs)
+            while len(srcs) <= e.slot:
+                srcs.append(-1)
+            srcs[e.slot] = e.src_id
+    return srcs if srcs is not None else list(info.srcs)
 
 
-def _node(idx: TraceIndex, tid: TensorId, role: NodeRole, stale: str, hazards: tuple[str, ...],
+def _splits_at(model: TraceModel, graph_ids: set[int], cut: int) -> list[tuple[ev.SchedSplit, list[ev.SchedCopy]]]:
+    """The latest split pass of one of ``graph_ids`` up to ``cut``, each split with its copies."""
+    best: tuple[int, int] | None = None  # (seq of split 0, sched id)
+    for s in model.scheds.values():
+        for sp in s.splits:
+            if sp.seq <= cut and sp.split_index == 0 and sp.graph_id in graph_ids:
+                if best is None or sp.seq > best[0]:
+                    best = (sp.seq, s.sched_id)
+    if best is None:
+        return []
+    start, sched_id = best
+    sched = model.scheds[sched_id]
+    later = [sp.seq for sp in sched.splits if sp.split_index == 0 and sp.seq > start]
+    end = min([cut + 1, *later])
+    out: list[tuple[ev.SchedSplit, list[ev.SchedCopy]]] = []
+    by_index: dict[int, list[ev.SchedCopy]] = {}
+    for sp in sched.splits:
+        if start <= sp.seq < end:
+            copies: list[ev.SchedCopy] = []
+            by_index[sp.split_index] = copies
+            out.append((sp, copies))
+    for c in sched.copies:
+        if start <= c.seq < end and c.split_index in by_index:
+            by_index[c.split_index].append(c)
+    return out
+
+
+def _node(model: TraceModel, tid: TensorId, role: NodeRole, cut: int, skipped: bool, hazards: tuple[str, ...],
           split: int) -> GNode:
-    info = idx.tensors.get(tid)
-    p = idx.placements.get(tid)
-    buf = idx.buffers.get(p.buffer_id) if p is not None else None
-    name = info.name if info is not None else ""
+    info = model.tensors.get(tid)
+    p = model.placement_at(tid, cut)
+    buf = model.buffers.get(p.buffer_id) if p is not None else None
+    stale = ""
+    if p is not None:
+        state = model.placement_state(p, cut)
+        origin = f"binding #{p.binding_id}" if p.binding_id >= 0 else p.by.value
+        if state is PlacementState.DANGLING:
+            stale = f"dangling: buffer #{p.buffer_id} freed (placed by {origin})"
+        elif state is PlacementState.STALE and skipped:
+            stale = f"from {origin} ({p.stale_reason or 'stale'}), skipped as external"
     return GNode(
-        key=tensor_key(tid), tensor_id=tid, name=name or f"#{tid}",
+        key=tensor_key(tid), tensor_id=tid, name=info.label if info is not None else f"#{tid}",
         op=info.op if info is not None else "?", dtype=info.dtype if info is not None else "?",
         shape=_shape(info.ne) if info is not None else (), role=role,
         buffer_id=p.buffer_id if p is not None else -1,
@@ -272,23 +325,3 @@ def _shape(ne: tuple[int, ...]) -> tuple[int, ...]:
     while len(dims) > 1 and dims[-1] == 1:
         dims.pop()
     return tuple(dims)
-
-
-def _stale_reasons(idx: TraceIndex, sel: Selection, roles: dict[TensorId, NodeRole]) -> dict[TensorId, str]:
-    """Tensors of the drawn graph whose bytes were handed out by an earlier plan, or freed."""
-    out: dict[TensorId, str] = {}
-    for tid in roles:
-        p = idx.placements.get(tid)
-        if p is None:
-            continue
-        if p.buffer_id in idx.freed_buffers:
-            out[tid] = f"dangling: buffer #{p.buffer_id} was freed"
-            continue
-        if sel.binding_id < 0 or p.binding_id < 0 or p.binding_id == sel.binding_id:
-            continue
-        earlier = idx.bindings.get(p.binding_id)
-        if earlier is None or earlier.galloc_id != sel.galloc_id or earlier.plan_id == sel.plan_id:
-            continue
-        out[tid] = (f"placed by binding #{p.binding_id} (plan #{earlier.plan_id}); "
-                    f"plan #{sel.plan_id} skipped it as external")
-    return out
