@@ -1,0 +1,9 @@
+"""Allocators that plan graphs: the dynamic (planning) allocator and the graph allocator.
+
+    >>> from vizalloc.runtime.alloc import DynAllocator, GraphAllocator
+"""
+
+from vizalloc.runtime.alloc.dyn_allocator import MAX_CHUNKS, MAX_FREE_BLOCKS, DynAllocator
+from vizalloc.runtime.alloc.graph_allocator import INVALID, GraphAllocator, Plan
+
+__all__ = ["DynAllocator", "GraphAllocator", "INVALID", "MAX_CHUNKS", "MAX_FREE_BLOCKS", "Plan"]
