@@ -25,6 +25,7 @@ from typing import TextIO
 from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import VizallocError
 from vizalloc.export.escape import LABEL_CHARS, dot_html, dot_quoted, dot_quoted_lines
+from vizalloc.export.findings import Highlight
 from vizalloc.export.graph_fold import DEFAULT_FOLD, fold_groups, limit_nodes
 from vizalloc.export.graph_model import (
     FLAG_INPUT, FLAG_LOSS, FLAG_OUTPUT, FLAG_PARAM, EdgeKind, GNode, GraphModel, Highlight, NodeRole,

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vizalloc.analysis.model import PlacementState, TraceModel
+from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
 from vizalloc.trace import events as ev
 
@@ -52,17 +53,6 @@ class NodeRole(str, enum.Enum):
     EXTRA = "extra"      # referenced by the graph but in neither list (a rewritten source)
     FOLD = "fold"        # a folded group of tensors (one layer)
     SUMMARY = "summary"  # everything --max-nodes left out
-
-
-@dataclass(frozen=True)
-class Highlight:
-    """A finding to draw: a hazard between two tensors (or about one, ``other_id=-1``)."""
-
-    tensor_id: TensorId
-    other_id: TensorId
-    kind: str     # the HazardKind value: stale-overlap, use-after-reuse, ...
-    reason: str   # one short line: "bytes [0, 256) of buffer #1, steps 2..5"
-    binding_id: int = -1  # the binding where it happens, when known
 
 
 @dataclass(frozen=True)
@@ -147,6 +137,9 @@ def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding
     """
     sel = select(model, graph_id=graph_id, binding_id=binding_id, prefer=prefer_bindings)
     cut = sel.cut_seq
+    # findings of another binding do not belong on this one; re-plans name no tensor
+    highlights = [h for h in highlights if h.tensor_id >= 0
+                  and (h.binding_id < 0 or sel.binding_id < 0 or h.binding_id == sel.binding_id)]
     binding = model.bindings.get(sel.binding_id)
     snap = binding.graph if binding is not None and binding.graph is not None else model.graphs[sel.graph_id].snapshot()
     plan = model.plans.get(sel.plan_id)
@@ -243,8 +236,9 @@ def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding
     n_stale = sum(1 for n in nodes if n.stale)
     if n_stale:
         notes.append(f"{n_stale} stale tensor(s)")
-    if highlights:
-        notes.append(f"{len(highlights)} finding(s)")
+    shown = [h for h in highlights if h.tensor_id in roles]
+    if shown:
+        notes.append(f"{len(shown)} finding(s)")
     return GraphModel(sel.title, sel, tuple(nodes), tuple(edges), clusters, tuple(buffers), tuple(notes))
 
 
