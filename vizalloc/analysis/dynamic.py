@@ -1,0 +1,302 @@
+"""The access pass: replays every read and write of the trace over per-buffer last-writer
+maps and reports use-after-reuse, uninitialized reads, clobbered outputs and dangling
+accesses.
+
+Writes: a node's own tensor (``NodeCompute``), ``TensorSet``, a ``TensorCopy``'s
+destination, a ``BufferCleared`` (the whole buffer). Reads: a node's sources, a copy's
+source, ``TensorGet``. Reads are checked before the node's write, as a kernel reads its
+inputs before writing (ggml's in-place pattern).
+
+Tensors that share bytes on purpose share an *alias key*: a view has its root's key, a
+deep copy that aliases an allocated tensor (``PlacedBy.COPY``) has the original's key.
+A read of T is fine when every byte of T was last written by T's key (or by a buffer
+clear). Otherwise, per foreign piece:
+
+* written by another key after T's key last wrote (since T's placement) → use-after-reuse
+  (clobbered-output for ``tensor_get``);
+* T never wrote those bytes since it was placed → uninitialized-read when T was placed by
+  a graph allocator (its bytes hold whatever was there before); for an external tensor
+  (weights, user memory) a foreign writer is a use-after-reuse, a gap is nothing.
+
+    >>> from vizalloc.analysis.model import build_model
+    >>> from vizalloc.analysis.hazards import Collector
+    >>> scan_accesses(build_model([]), Collector())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from vizalloc.analysis.bytemap import ByteMap
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, tensor_ref
+from vizalloc.analysis.model import Placement, TraceModel
+from vizalloc.trace import events as ev
+
+CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
+_POOL_BY = (ev.PlacedBy.GALLOCR, ev.PlacedBy.VIEW_INIT)
+
+
+class _State:
+    """Where every tensor is now, and who wrote what."""
+
+    def __init__(self, model: TraceModel) -> None:
+        self.model = model
+        self.tensors = model.tensors
+        self.cur: dict[int, Placement] = {}      # tensor -> current placement
+        self.key: dict[int, int] = {}            # tensor -> alias key of its current placement
+        self.pool: dict[int, bool] = {}          # tensor -> placed by a graph allocator (or a view of one)
+        self.placed_seq: dict[int, int] = {}     # alias key -> seq its root was placed
+        self.last_write: dict[int, int] = {}     # alias key -> seq of its last write
+        self.maps: dict[int, ByteMap] = {}       # buffer -> last-writer map
+        self.freed: dict[int, int] = {}          # buffer -> seq freed
+
+
+def scan_accesses(model: TraceModel, col: Collector, *,
+                  progress: Callable[[int, int], None] | None = None) -> None:
+    """Run the access pass over ``model.events``, adding findings to ``col``."""
+    st = _State(model)
+    placements = model.placements
+    next_placement = 0
+    cur = st.cur
+    keys = st.key
+    maps = st.maps
+    last_write = st.last_write
+    freed = st.freed
+    compute_id = -1
+    n = len(model.events)
+    NodeCompute, TensorPlaced, TensorCleared = ev.NodeCompute, ev.TensorPlaced, ev.TensorCleared
+    TensorSet, TensorGet, TensorCopy = ev.TensorSet, ev.TensorGet, ev.TensorCopy
+    BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
+    for i, e in enumerate(model.events):
+        cls = type(e)
+        if cls is NodeCompute:
+            seq = e.seq
+            for r in e.reads:  # type: ignore[attr-defined]
+                p = cur.get(r)
+                if p is None:
+                    continue
+                if p.buffer_id in freed:
+                    _dangling(st, col, r, p, e, "read", compute_id)
+                    continue
+                k = keys[r]
+                bm = maps.get(p.buffer_id)
+                if bm is not None:
+                    rec = bm.covering(p.offset, p.offset + p.nbytes)
+                    if rec is not None and (rec[0] == k or rec[0] == CLEAR_KEY):
+                        continue  # the hot path: one interval, written by the reader's own key
+                _check_read(st, col, r, p, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
+            t = e.tensor_id  # type: ignore[attr-defined]
+            p = cur.get(t)
+            if p is None:
+                continue
+            if p.buffer_id in freed:
+                _dangling(st, col, t, p, e, "write", compute_id)
+                continue
+            k = keys[t]
+            bm = maps.get(p.buffer_id)
+            if bm is None:
+                bm = maps[p.buffer_id] = ByteMap()
+            bm.write(p.offset, p.offset + p.nbytes, (k, t, seq))
+            last_write[k] = seq
+        elif cls is TensorPlaced:
+            p = placements[next_placement]
+            next_placement += 1
+            _place(st, p)
+        elif cls is TensorCleared:
+            cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
+        elif cls is ComputeBegin:
+            compute_id = e.compute_id  # type: ignore[attr-defined]
+            if progress is not None:
+                progress(i, n)
+        elif cls is TensorSet:
+            _write_range(st, col, e.tensor_id, e.offset, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+        elif cls is TensorGet:
+            t = e.tensor_id  # type: ignore[attr-defined]
+            p = cur.get(t)
+            if p is None:
+                continue
+            if p.buffer_id in freed:
+                _dangling(st, col, t, p, e, "read", compute_id)
+                continue
+            _check_read(st, col, t, p, keys[t], e, compute_id, HazardKind.CLOBBERED_OUTPUT,
+                        e.offset, e.nbytes)  # type: ignore[attr-defined]
+        elif cls is TensorCopy:
+            src = e.src_id  # type: ignore[attr-defined]
+            p = cur.get(src)
+            if p is not None:
+                if p.buffer_id in freed:
+                    _dangling(st, col, src, p, e, "read", compute_id)
+                else:
+                    _check_read(st, col, src, p, keys[src], e, compute_id, HazardKind.USE_AFTER_REUSE,
+                                0, e.nbytes)  # type: ignore[attr-defined]
+            _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+        elif cls is BufferCleared:
+            buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
+            if buf is not None:
+                bm = maps.get(buf.buffer_id)
+                if bm is None:
+                    bm = maps[buf.buffer_id] = ByteMap()
+                bm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq))
+        elif cls is BufferFreed:
+            freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
+    if progress is not None:
+        progress(n, n)
+
+
+def _place(st: _State, p: Placement) -> None:
+    t = p.tensor_id
+    info = st.tensors.get(t)
+    if p.by is ev.PlacedBy.COPY and info is not None and info.copy_of >= 0 and info.copy_of in st.key:
+        k = st.key[info.copy_of]
+        pool = st.pool.get(info.copy_of, False)
+    elif info is not None and info.view_src >= 0:
+        k = st.key.get(info.view_src, info.view_src)
+        pool = st.pool.get(info.view_src, p.by in _POOL_BY)
+    else:
+        k = t
+        pool = p.by in _POOL_BY
+        st.placed_seq[k] = p.seq
+    st.cur[t] = p
+    st.key[t] = k
+    st.pool[t] = pool
+
+
+def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e: ev.Event,
+                 compute_id: int) -> None:
+    p = st.cur.get(t)
+    if p is None:
+        return
+    if p.buffer_id in st.freed:
+        _dangling(st, col, t, p, e, "write", compute_id)
+        return
+    k = st.key[t]
+    bm = st.maps.get(p.buffer_id)
+    if bm is None:
+        bm = st.maps[p.buffer_id] = ByteMap()
+    a = p.offset + offset
+    bm.write(a, a + min(nbytes, p.nbytes - offset), (k, t, e.seq))
+    st.last_write[k] = e.seq
+
+
+def _access_text(model: TraceModel, e: ev.Event, verb: str) -> tuple[str, int]:
+    if isinstance(e, ev.NodeCompute):
+        node = model.label(e.tensor_id)
+        op = model.tensors[e.tensor_id].op if e.tensor_id in model.tensors else "?"
+        return f"{verb} by node {e.index} {node} ({op}) of compute #{e.compute_id}", e.index
+    if isinstance(e, ev.TensorGet):
+        return f"{verb} by the user (tensor_get)", -1
+    if isinstance(e, ev.TensorSet):
+        return f"{verb} by the user (tensor_set)", -1
+    if isinstance(e, ev.TensorCopy):
+        return f"{verb} by a copy {model.label(e.src_id)} -> {model.label(e.dst_id)}", -1
+    return f"{verb} at seq {e.seq}", -1
+
+
+def _writer_text(model: TraceModel, seq: int) -> str:
+    try:
+        e = model.event_at(seq)
+    except KeyError:
+        return f"seq {seq}"
+    if isinstance(e, ev.NodeCompute):
+        return f"node {e.index} of compute #{e.compute_id}, seq {seq}"
+    if isinstance(e, ev.TensorSet):
+        return f"tensor_set, seq {seq}"
+    if isinstance(e, ev.TensorCopy):
+        return f"a copy from {model.label(e.src_id)}, seq {seq}"
+    return f"seq {seq}"
+
+
+def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.Event, compute_id: int,
+                clobber_kind: HazardKind, offset: int = 0, nbytes: int | None = None) -> None:
+    """The slow path of a read: cut T's bytes by last writer and classify the foreign pieces."""
+    a = p.offset + offset
+    b = a + (p.nbytes - offset if nbytes is None else min(nbytes, p.nbytes - offset))
+    bm = st.maps.get(p.buffer_id)
+    pieces = bm.scan(a, b) if bm is not None else [(a, b, None)]
+    placed = st.placed_seq.get(k, -1)
+    lw = st.last_write.get(k)
+    if lw is not None and lw < placed:
+        lw = None  # written only under an earlier placement: not since this one
+    pool = st.pool.get(t, False)
+    found: dict[tuple[HazardKind, int], list[tuple[int, int, int]]] = {}
+    for s, end, rec in pieces:
+        if rec is None:
+            if pool and lw is None:
+                found.setdefault((HazardKind.UNINITIALIZED_READ, -1), []).append((s, end, -1))
+            continue
+        wkey, writer, wseq = rec
+        if wkey == k or wkey == CLEAR_KEY:
+            continue
+        if lw is not None and wseq > lw:
+            kind = clobber_kind
+        elif pool:
+            kind = HazardKind.UNINITIALIZED_READ
+        elif lw is None:
+            kind = clobber_kind
+        else:
+            continue
+        found.setdefault((kind, writer), []).append((s, end, wseq))
+    for (kind, writer), ranges in found.items():
+        _report_access(st, col, kind, t, p, writer, ranges, e, compute_id, lw)
+
+
+def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Placement, writer: int,
+                   ranges: list[tuple[int, int, int]], e: ev.Event, compute_id: int, lw: int | None) -> None:
+    model = st.model
+    key = (kind, t, writer, p.buffer_id)
+    if col.bump(key, e.seq, compute_id):
+        return
+    merged = _merge([(s, end) for s, end, _ in ranges])
+    wseq = max(r[2] for r in ranges)
+
+    def make() -> Hazard:
+        verb = "READ"
+        access, index = _access_text(model, e, verb)
+        other = None
+        other_loc = None
+        if writer >= 0:
+            other = tensor_ref(model, writer, st.cur.get(writer))
+            other_loc = model.event_at(wseq).loc if wseq in model.seq_index else None
+        if kind is HazardKind.UNINITIALIZED_READ:
+            what = (f"nothing wrote these bytes since {model.label(t)} was placed" if writer < 0 else
+                    f"these bytes still hold {model.label(writer)}'s data (written at {_writer_text(model, wseq)}); "
+                    f"{model.label(t)} never wrote them since it was placed")
+        else:
+            since = f"seq {lw}" if lw is not None else "it was placed (it was never written in the trace)"
+            what = (f"last written by {model.label(writer)} at {_writer_text(model, wseq)}, after "
+                    f"{model.label(t)} was written at {since}")
+        return Hazard(kind, e.seq, tensor_ref(model, t, p), other, p.buffer_id, tuple(merged), access=access,
+                      access_loc=e.loc, other_seq=wseq if writer >= 0 else -1, other_loc=other_loc, detail=what,
+                      compute_id=compute_id, node_index=index)
+
+    col.add(key, make, compute_id)
+
+
+def _dangling(st: _State, col: Collector, t: int, p: Placement, e: ev.Event, verb: str, compute_id: int) -> None:
+    model = st.model
+    key = (HazardKind.DANGLING, t, -1, p.buffer_id)
+    if col.bump(key, e.seq, compute_id):
+        return
+    freed_seq = st.freed[p.buffer_id]
+
+    def make() -> Hazard:
+        access, index = _access_text(model, e, verb.upper())
+        buf = model.buffers.get(p.buffer_id)
+        cause = buf.free_cause if buf is not None and buf.free_cause else "no cause given"
+        return Hazard(HazardKind.DANGLING, e.seq, tensor_ref(model, t, p), None, p.buffer_id,
+                      ((p.offset, p.offset + p.nbytes),), access=access, access_loc=e.loc, other_seq=freed_seq,
+                      other_loc=model.event_at(freed_seq).loc,
+                      detail=f"buffer #{p.buffer_id} was freed at seq {freed_seq} ({cause}); the tensor still points "
+                             "into it", compute_id=compute_id, node_index=index)
+
+    col.add(key, make, compute_id)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+

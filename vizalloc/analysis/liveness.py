@@ -1,0 +1,98 @@
+"""Live ranges of a graph's memory roots from its structure alone (no compute needed).
+
+This is the rule the golden corpus was checked with against real ggml
+(``shared/golden/README.md``, "Liveness and overlaps"), so a pair of overlapping roots
+that ggml reports as ``both_live`` is exactly a pair ``both_live`` says yes to here:
+
+* a root is written at -1 if it is a leaf, has op NONE, is flagged INPUT, or is not a
+  node of the graph (its contents predate the graph); otherwise at the index of every
+  node whose root it is and whose op computes something (in-place API ops are view nodes
+  with a compute op: they write their root);
+* it is read at the index of every computing node with a source whose root it is; an
+  OUTPUT flag, or being a computing node nobody consumes, counts as a read at ``N``.
+
+``a = [first write, last read]``; two roots are both live when
+``max(first writes) < min(last reads)``: a write at the node that does the other's last
+read is allowed (ggml's in-place pattern).
+
+    >>> both_live((0, 3), (2, 5)), both_live((0, 2), (2, 5))
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from vizalloc.analysis.model import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, GraphSnapshot, TraceModel
+
+#: (first write, last read); last read is None when nothing reads the root.
+Span = tuple[int, "int | None"]
+
+
+def both_live(a: Span, b: Span) -> bool:
+    """Whether one root is written while the other still has a pending reader."""
+    if a[1] is None or b[1] is None:
+        return False
+    return max(a[0], b[0]) < min(a[1], b[1])
+
+
+def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
+    """``root -> (first write, last read)`` for every root reached by the graph's nodes and leafs."""
+    tensors = model.tensors
+    nodes = graph.nodes
+    leafs = graph.leafs
+    n = len(nodes)
+    node_set = set(nodes)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    consumed: set[int] = set()
+
+    def root_of(t: int) -> int:
+        info = tensors.get(t)
+        return info.root if info is not None else t
+
+    # pre-existing contents
+    for t in leafs:
+        first[root_of(t)] = -1
+    for i, t in enumerate(nodes):
+        info = tensors.get(t)
+        if info is None:
+            continue
+        for s in info.srcs:
+            if s >= 0:
+                consumed.add(s)
+                r = root_of(s)
+                if r not in node_set or _pre_existing(model, r):
+                    first[r] = -1
+        r = info.root
+        if r not in node_set or _pre_existing(model, r):
+            first[r] = -1
+    for i, t in enumerate(nodes):
+        info = tensors.get(t)
+        if info is None:
+            continue
+        if info.op not in VIEW_OPS:
+            r = info.root
+            if r not in first:
+                first[r] = i
+            for s in info.srcs:
+                if s >= 0:
+                    last[root_of(s)] = i
+    for t in nodes:
+        info = tensors.get(t)
+        if info is None:
+            continue
+        r = info.root
+        rinfo = tensors.get(r)
+        if (rinfo is not None and rinfo.flags & FLAG_OUTPUT) or (info.flags & FLAG_OUTPUT):
+            last[r] = n
+        elif info.op not in VIEW_OPS and t not in consumed:
+            last[r] = n
+    for t in leafs:
+        info = tensors.get(t)
+        if info is not None and info.flags & FLAG_OUTPUT:
+            last[info.root] = n
+    return {r: (f, last.get(r)) for r, f in first.items()}
+
+
+def _pre_existing(model: TraceModel, root: int) -> bool:
+    info = model.tensors.get(root)
+    return info is None or info.op == "NONE" or bool(info.flags & FLAG_INPUT)
