@@ -55,9 +55,12 @@ def is_strict() -> bool:
     return _strict
 
 
-def _reserve_addresses(nbytes: int) -> int:
+def _reserve_addresses(nbytes: int, alignment: int = 64) -> int:
+    # bases honour the buffer type's alignment when it exceeds 64, as device allocators
+    # do (cudaMalloc gives 256), so the first tallocr offset is always 0
     global _next_address
-    base = _next_address
+    align = max(64, alignment)
+    base = (_next_address + align - 1) & ~(align - 1)
     _next_address = (base + max(nbytes, 1) + _ADDRESS_GAP + 63) & ~63
     return base
 
@@ -78,8 +81,8 @@ class Usage(str, enum.Enum):
 class Storage:
     """Bytes at an address range: a backend buffer or a context's own pool."""
 
-    def __init__(self, nbytes: int, xp: Any = np) -> None:
-        self.base = _reserve_addresses(nbytes)
+    def __init__(self, nbytes: int, xp: Any = np, alignment: int = 64) -> None:
+        self.base = _reserve_addresses(nbytes, alignment)
         self.nbytes = nbytes
         self.xp = xp
         self.mem = xp.zeros(max(nbytes, 1), dtype=xp.uint8)
@@ -164,7 +167,7 @@ class Buffer(Storage):
         slot: int = -1, chunk: int = -1, cause: str = "",
     ) -> None:
         try:
-            super().__init__(nbytes, buft.device)
+            super().__init__(nbytes, buft.device, buft.alignment)
         except Exception as exc:  # numpy/cupy out of memory
             raise AllocationError(
                 f"cannot allocate a {nbytes}-byte buffer of type {buft.name}: {exc}", requested=nbytes
