@@ -36,6 +36,11 @@ def __getattr__(name: str) -> Any:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'vizalloc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    if name == "trace":
+        # the package vizalloc.trace is callable (vizalloc/trace/__init__.py) and Python binds
+        # it here anyway once a submodule is imported: keep one meaning for vizalloc.trace
+        value = importlib.import_module("vizalloc.trace")
+    else:
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

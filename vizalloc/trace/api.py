@@ -1,0 +1,305 @@
+"""The user-facing tracing API: ``trace()``, ``load()``, ``mark()``, ``save()``.
+
+    import vizalloc
+    with vizalloc.trace("run.vztrace") as t:     # or vizalloc.trace() for memory only
+        ...                                      # use vizalloc.runtime as usual
+        vizalloc.mark("epoch 1")
+    print(len(t.trace), "events")
+    assert vizalloc.load("run.vztrace") == t.trace
+
+Inside the ``with`` block every event the runtime emits (in any thread) is recorded;
+blocks nest, and an inner block's events also reach the outer one. With a path, events
+are appended to the file in chunks: at the end of every graph compute (``ComputeEnd``),
+at least every 100 ms while events arrive (and every 100 ms from a background thread
+when they stop), and when 65536 events or 16 MiB of captured values are pending.
+So a process killed with SIGKILL leaves a file that loads up to its last flush.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.trace import events as ev
+from vizalloc.trace import recorder
+from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWriter, read_trace
+from vizalloc.trace.value import Trace, TraceHeader
+
+__all__ = ["Trace", "TraceHeader", "TraceSession", "load", "mark", "read_batches", "save", "trace"]
+
+PathLike = str | os.PathLike[str]
+
+_ComputeEnd = ev.ComputeEnd
+_ValueSnapshot = ev.ValueSnapshot
+
+
+class TraceSession:
+    """An active (or finished) trace: a recorder that keeps events and appends them to a file.
+
+    Made by ``trace()``; use it as a context manager, or call ``start()`` / ``stop()``.
+
+    Args:
+        path: the trace file to write (created or overwritten), or None for memory only.
+        capture_values: ask the runtime for ``ValueSnapshot`` events (graph inputs and
+            outputs at compute time).
+        keep_events: keep every event in memory for ``.trace`` (False: only the file has them).
+        flush_interval_s: the longest time events wait before they are written.
+        max_pending: flush when this many events wait.
+        compress_level: zlib level for the file's chunk metadata (None: no compression).
+    """
+
+    def __init__(
+        self,
+        path: PathLike | None = None,
+        *,
+        capture_values: bool = False,
+        keep_events: bool = True,
+        flush_interval_s: float = 0.1,
+        max_pending: int = 65536,
+        max_pending_value_bytes: int = 16 << 20,
+        compress_level: int | None = 6,
+    ) -> None:
+        if path is None and not keep_events:
+            raise UsageError("trace(path=None, keep_events=False) would record nothing; give a path or keep the events")
+        self.path = None if path is None else os.fspath(path)
+        self.capture_values = capture_values
+        self.keep_events = keep_events
+        self.header = TraceHeader.new(capture_values=capture_values)
+        self._interval_ns = int(flush_interval_s * 1e9)
+        self._max_pending = max_pending
+        self._max_value_bytes = max_pending_value_bytes
+        self._compress_level = compress_level
+        self._events: list[ev.Event] = []
+        self._flushed = 0            # events of self._events already written
+        self._dropped = 0            # events written and dropped (keep_events=False)
+        self._value_bytes = 0
+        self._last_flush_ns = 0
+        self._file: Any = None
+        self._writer: TraceFileWriter | None = None
+        self._timer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._final: Trace | None = None
+        #: The first error writing the file met (raised again by ``stop()``).
+        self.error: BaseException | None = None
+        self.active = False
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self) -> TraceSession:
+        """Open the file (header written at once) and start recording."""
+        if self.active or self._final is not None:
+            raise UsageError("this trace was already started; call vizalloc.trace(...) again for a new one")
+        if self.path is not None:
+            try:
+                self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed in stop()
+            except OSError as exc:
+                raise UsageError(f"cannot write the trace file {self.path}: {exc.strerror or exc}") from exc
+            self._writer = TraceFileWriter(self._file, self.header, compress_level=self._compress_level)
+            self._timer = threading.Thread(target=self._tick, name="vizalloc-trace-flush", daemon=True)
+            self._timer.start()
+        import time
+
+        self._last_flush_ns = time.perf_counter_ns()
+        self.active = True
+        recorder.push(self)
+        return self
+
+    def stop(self) -> None:
+        """Stop recording, write what is pending and the end record, close the file.
+
+        Raises the first error writing met, if any (``TraceFormatError`` or ``OSError``).
+        """
+        if not self.active:
+            return
+        recorder.pop(self)
+        self.active = False
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+        with recorder._lock:
+            self._flush()
+            self._final = Trace(self.header, tuple(self._events)) if self.keep_events else None
+            if self._writer is not None:
+                try:
+                    if self.error is None:
+                        self._writer.close()
+                finally:
+                    self._file.close()
+        if self.error is not None:
+            raise self.error
+
+    def __enter__(self) -> TraceSession:
+        return self.start()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.stop()
+            return
+        try:  # the body's exception wins over a writing error
+            self.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- the Recorder protocol ----------------------------------------------------
+    def record(self, event: ev.Event) -> None:
+        """Called by ``recorder.emit`` under its lock, for every event."""
+        events = self._events
+        events.append(event)
+        if self._writer is None:
+            return
+        cls = event.__class__
+        if cls is _ValueSnapshot:
+            self._value_bytes += len(event.data)  # type: ignore[attr-defined]
+        if (
+            cls is _ComputeEnd
+            or event.t_ns - self._last_flush_ns >= self._interval_ns
+            or len(events) - self._flushed >= self._max_pending
+            or self._value_bytes >= self._max_value_bytes
+        ):
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write pending events as one chunk (caller holds ``recorder._lock``)."""
+        writer = self._writer
+        if writer is None or self.error is not None:
+            return
+        import time
+
+        self._last_flush_ns = time.perf_counter_ns()
+        pending = self._events[self._flushed:]
+        if not pending:
+            return
+        try:
+            writer.write_events(pending)
+        except (TraceFormatError, OSError) as exc:
+            # never break the traced program: remember, stop writing, report at stop()
+            self.error = exc
+            return
+        self._value_bytes = 0
+        if self.keep_events:
+            self._flushed = len(self._events)
+        else:
+            self._dropped += len(self._events)
+            self._events.clear()
+            self._flushed = 0
+
+    def flush(self) -> None:
+        """Write pending events now."""
+        with recorder._lock:
+            self._flush()
+
+    def _tick(self) -> None:
+        # events stop arriving while the program computes or waits: write them anyway
+        interval = self._interval_ns / 1e9
+        while not self._stop.wait(interval):
+            with recorder._lock:
+                if len(self._events) > self._flushed:
+                    self._flush()
+
+    # -- results ---------------------------------------------------------------------
+    @property
+    def n_events(self) -> int:
+        """Events recorded so far."""
+        return self._dropped + len(self._events)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes written to the file so far (0 without a file)."""
+        return 0 if self._writer is None else self._writer.nbytes
+
+    @property
+    def trace(self) -> Trace:
+        """The recorded trace (so far, while still active)."""
+        if not self.keep_events:
+            raise UsageError(f"this trace kept no events in memory (keep_events=False); load {self.path} instead")
+        if self._final is not None:
+            return self._final
+        with recorder._lock:
+            return Trace(self.header, tuple(self._events))
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "stopped"
+        return f"<TraceSession {self.path or '(memory)'} {state}, {self.n_events} events>"
+
+
+def trace(path: PathLike | None = None, *, capture_values: bool = False, **options: Any) -> TraceSession:
+    """Record everything the runtime does inside a ``with`` block.
+
+    Args:
+        path: a ``.vztrace`` file to write (overwritten if it exists), or None to keep
+            the trace in memory only.
+        capture_values: also record the values of graph inputs and outputs at compute
+            time (``ValueSnapshot`` events; needed for shadow execution).
+        **options: ``keep_events``, ``flush_interval_s``, ``max_pending``,
+            ``compress_level`` (see ``TraceSession``).
+
+    Returns:
+        The session; ``.trace`` is the recorded ``Trace``.
+    """
+    return TraceSession(path, capture_values=capture_values, **options)
+
+
+def mark(text: str) -> None:
+    """Put a ``Marker`` event in every active trace (does nothing outside one)."""
+    if recorder.active():
+        recorder.emit(ev.Marker, str(text))
+
+
+def _open(path: PathLike) -> Any:
+    try:
+        return open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError as exc:
+        raise UsageError(f"no trace file at {os.fspath(path)}") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+
+
+def load(path: PathLike) -> Trace:
+    """Read a trace file into a ``Trace`` equal to the one recorded.
+
+    A file that ends early (its writer was killed) loads up to its last complete chunk
+    with a ``TraceTruncatedWarning``.
+
+    Raises:
+        TraceFormatError: the file is not a trace, or is corrupt (the message names the byte offset).
+        UsageError: the file does not exist or cannot be read.
+    """
+    with _open(path) as f:
+        return read_trace(f, os.fspath(path))
+
+
+def read_batches(path: PathLike, max_events: int = BATCH_EVENTS) -> Iterator[list[ev.Event]]:
+    """Events of a trace file in lists of about ``max_events``, so memory stays bounded.
+
+    Yields the header-less event batches; warns like ``load`` when the file ends early.
+    """
+    with _open(path) as f:
+        reader = TraceFileReader(f, os.fspath(path))
+        yield from reader.batches(max_events)
+        reader.warn_if_incomplete()
+
+
+def read_header(path: PathLike) -> TraceHeader:
+    """Only the header of a trace file."""
+    with _open(path) as f:
+        return TraceFileReader(f, os.fspath(path)).header
+
+
+def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 6) -> int:
+    """Write ``trace_`` to ``path`` (overwriting it); returns the bytes written."""
+    events = trace_.events
+    with open(path, "wb") as f:
+        writer = TraceFileWriter(f, trace_.header, compress_level=compress_level)
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for i in range(0, len(events), chunk_events):
+                writer.write_events(events[i:i + chunk_events])
+        finally:
+            if was_enabled:
+                gc.enable()
+        writer.close()
+        return writer.nbytes

@@ -1,0 +1,294 @@
+"""The ``.vztrace`` file: a header, then self-checking frames, each holding one chunk.
+
+Layout (all integers little-endian; ``docs/trace-format.md`` is the full description)::
+
+    file   = header frame* end?
+    header = "VZTRACE\\0" u16:version u16:flags u32:json_len json u32:crc32(all before)
+    frame  = "VF" u8:type u8:0 u32:n_events u32:meta_len u64:blob_len u32:payload_crc
+             u32:header_crc meta[meta_len] blob[blob_len]
+    type   = 1 (a chunk of events, ``chunks.py``) | 2 (end: n_events = events in the file)
+
+Frames are only ever appended, each in one write, so a file cut anywhere (a process
+killed by SIGKILL, a disk full) still holds every frame written before the cut. The
+reader loads that prefix and warns; a checksum or structure error raises
+``TraceFormatError`` naming the byte offset.
+
+    >>> import io
+    >>> from vizalloc.trace import events as ev
+    >>> from vizalloc.trace.value import TraceHeader
+    >>> from vizalloc.trace.fileformat import TraceFileWriter, read_trace
+    >>> f = io.BytesIO()
+    >>> w = TraceFileWriter(f, TraceHeader.new())
+    >>> w.write_events([ev.Marker(1, 5, None, "hello")]); w.close()
+    >>> read_trace(io.BytesIO(f.getvalue())).events[0].text
+    'hello'
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import warnings
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, fields
+from typing import Any, BinaryIO
+
+from vizalloc.errors import TraceFormatError
+from vizalloc.trace import events as ev
+from vizalloc.trace.chunks import ChunkDecoder, ChunkEncoder, EncodeError, assemble
+from vizalloc.trace.schema import BY_NAME, SCHEMA, KindSchema
+from vizalloc.trace.value import FORMAT_VERSION, Trace, TraceHeader
+
+MAGIC = b"VZTRACE\0"
+FRAME_MAGIC = b"VF"
+FLAG_ZLIB = 1
+FRAME_CHUNK = 1
+FRAME_END = 2
+
+_HEAD = struct.Struct("<8sHHI")
+_CRC = struct.Struct("<I")
+_FRAME = struct.Struct("<2sBBIIQI")
+FRAME_HEADER_SIZE = _FRAME.size + _CRC.size  # 28 bytes
+
+#: Default number of events per batch when reading in batches.
+BATCH_EVENTS = 1 << 18
+
+
+class TraceTruncatedWarning(UserWarning):
+    """A trace file ends early (its writer was killed or is still running); its prefix was loaded."""
+
+
+# -- writing -------------------------------------------------------------------
+
+def _header_bytes(header: TraceHeader, compressed: bool) -> bytes:
+    doc = {
+        "format": "vztrace",
+        "header": asdict(header),
+        "kinds": [[s.name, [list(p) for p in zip(s.fields, s.codecs)]] for s in SCHEMA.values()],
+    }
+    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, FLAG_ZLIB if compressed else 0, len(body)) + body
+    return head + _CRC.pack(zlib.crc32(head))
+
+
+def _frame(kind: int, n_events: int, meta: bytes, blob: bytes) -> bytes:
+    crc = zlib.crc32(blob, zlib.crc32(meta))
+    head = _FRAME.pack(FRAME_MAGIC, kind, 0, n_events, len(meta), len(blob), crc)
+    return head + _CRC.pack(zlib.crc32(head)) + meta + blob
+
+
+class TraceFileWriter:
+    """Appends chunks of events to a binary file; each ``write_events`` is one frame, one write.
+
+    Args:
+        file: a binary file opened for writing (unbuffered is best: each frame then
+            reaches the OS in one ``write``, which is what makes the file crash-safe).
+        header: the trace header to write first.
+        compress_level: zlib level for chunk metadata (None: store it raw).
+    """
+
+    def __init__(self, file: BinaryIO, header: TraceHeader, *, compress_level: int | None = 6) -> None:
+        self._file = file
+        self._encoder = ChunkEncoder(compress_level)
+        self.n_events = 0
+        #: Bytes written so far (header, frames, end record).
+        self.nbytes = 0
+        self.closed = False
+        self._write(_header_bytes(header, self._encoder.compressed))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # raw files may write less than asked
+            n = self._file.write(view)
+            view = view[n:] if n is not None else view[len(view):]
+        flush = getattr(self._file, "flush", None)
+        if flush is not None:
+            flush()
+        self.nbytes += len(data)
+
+    def write_events(self, events: Sequence[ev.Event]) -> None:
+        """Encode ``events`` as one chunk and append it (nothing for an empty list)."""
+        if self.closed:
+            raise TraceFormatError("the trace file is closed; no more events can be written")
+        if not events:
+            return
+        try:
+            meta, blob = self._encoder.encode(events)
+        except EncodeError as exc:
+            raise TraceFormatError(f"cannot write event: {exc}") from exc
+        self._write(_frame(FRAME_CHUNK, len(events), meta, blob))
+        self.n_events += len(events)
+
+    def close(self) -> None:
+        """Append the end record (the file is then known to be complete)."""
+        if not self.closed:
+            self._write(_frame(FRAME_END, self.n_events, b"", b""))
+            self.closed = True
+
+
+# -- reading -------------------------------------------------------------------
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    parts = []
+    while n > 0:
+        b = f.read(n)
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+
+class TraceFileReader:
+    """Reads a trace file frame by frame; ``header`` is read at construction.
+
+    Args:
+        file: a binary file positioned at its start.
+        name: how to name the file in messages.
+
+    Raises:
+        TraceFormatError: not a trace, a newer format version, or a damaged header.
+    """
+
+    def __init__(self, file: BinaryIO, name: str = "trace") -> None:
+        self._file = file
+        self.name = name
+        head = _read_exact(file, _HEAD.size)
+        if head[: len(MAGIC)] != MAGIC[: len(head)] or not head:
+            raise TraceFormatError(f"{name}: not a vizalloc trace (no 'VZTRACE' magic at byte 0)")
+        if len(head) < _HEAD.size:
+            raise TraceFormatError(f"{name}: the file ends inside its header (byte {len(head)}); nothing to load")
+        _, version, flags, json_len = _HEAD.unpack(head)
+        if version != FORMAT_VERSION:
+            raise TraceFormatError(
+                f"{name}: trace format version {version} at byte 8; this vizalloc reads version {FORMAT_VERSION}"
+                + (" (upgrade vizalloc)" if version > FORMAT_VERSION else "")
+            )
+        body = _read_exact(file, json_len)
+        crc = _read_exact(file, _CRC.size)
+        end = _HEAD.size + json_len + _CRC.size
+        if len(body) < json_len or len(crc) < _CRC.size:
+            raise TraceFormatError(f"{name}: the file ends inside its header (byte {_HEAD.size + len(body) + len(crc)} "
+                                   f"of {end}); nothing to load")
+        if _CRC.unpack(crc)[0] != zlib.crc32(head + body):
+            raise TraceFormatError(f"{name}: header checksum mismatch (bytes 0..{end}): the file is corrupt")
+        try:
+            doc = json.loads(body)
+            hdr = doc["header"]
+            hdr["argv"] = tuple(hdr["argv"])
+            self.header = TraceHeader(**{f.name: hdr[f.name] for f in fields(TraceHeader)})
+            file_kinds = [(str(name_), [tuple(p) for p in flds]) for name_, flds in doc["kinds"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TraceFormatError(f"{name}: malformed header at byte {_HEAD.size}: {exc}") from exc
+        self.kind_names = [k for k, _ in file_kinds]
+        self.kinds: list[KindSchema | None] = []
+        for kname, flds in file_kinds:
+            schema = BY_NAME.get(kname)
+            ok = schema is not None and list(zip(schema.fields, schema.codecs)) == [tuple(p) for p in flds]
+            self.kinds.append(schema if ok else None)
+        self._decoder = ChunkDecoder(self.kinds, self.kind_names, bool(flags & FLAG_ZLIB))
+        self.offset = end
+        #: Events decoded so far; whether the end record was seen; why reading stopped early.
+        self.n_events = 0
+        self.complete = False
+        self.truncated_at: int | None = None
+
+    def chunks(self) -> Iterator[tuple[bytes, dict[int, list[list[Any]]]]]:
+        """Decoded chunks in file order; stops at the end record or at a truncation."""
+        f = self._file
+        while True:
+            at = self.offset
+            head = _read_exact(f, FRAME_HEADER_SIZE)
+            if not head:
+                self.truncated_at = at  # a clean frame boundary, but no end record
+                return
+            if len(head) < FRAME_HEADER_SIZE:
+                if head != FRAME_MAGIC[: len(head)] and head[:2] != FRAME_MAGIC:
+                    raise TraceFormatError(f"{self.name}: corrupt frame at byte {at} (bad magic)")
+                self.truncated_at = at
+                return
+            magic, kind, _, n_events, meta_len, blob_len, payload_crc = _FRAME.unpack_from(head)
+            if magic != FRAME_MAGIC:
+                raise TraceFormatError(f"{self.name}: corrupt frame at byte {at} (bad magic)")
+            if _CRC.unpack_from(head, _FRAME.size)[0] != zlib.crc32(head[: _FRAME.size]):
+                raise TraceFormatError(f"{self.name}: corrupt frame header at byte {at} (checksum mismatch)")
+            if self.complete:
+                raise TraceFormatError(f"{self.name}: data after the end record at byte {at}")
+            payload = _read_exact(f, meta_len + blob_len)
+            if len(payload) < meta_len + blob_len:
+                self.truncated_at = at
+                return
+            if zlib.crc32(payload) != payload_crc:
+                raise TraceFormatError(
+                    f"{self.name}: corrupt chunk at byte {at} (payload bytes {at + FRAME_HEADER_SIZE}.."
+                    f"{at + FRAME_HEADER_SIZE + len(payload)} fail their checksum)"
+                )
+            self.offset = at + FRAME_HEADER_SIZE + len(payload)
+            if kind == FRAME_END:
+                if n_events != self.n_events or payload:
+                    raise TraceFormatError(
+                        f"{self.name}: end record at byte {at} counts {n_events} events, the file holds {self.n_events}"
+                    )
+                self.complete = True
+                continue
+            if kind != FRAME_CHUNK:
+                raise TraceFormatError(f"{self.name}: unknown frame type {kind} at byte {at}")
+            try:
+                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events)
+            except (ValueError, IndexError, KeyError, struct.error, zlib.error, UnicodeDecodeError) as exc:
+                raise TraceFormatError(f"{self.name}: undecodable chunk at byte {at}: {exc}") from exc
+            self.n_events += n_events
+            yield decoded
+
+    def batches(self, max_events: int = BATCH_EVENTS) -> Iterator[list[ev.Event]]:
+        """Events in lists of about ``max_events`` (whole chunks), in order; memory stays bounded."""
+        kinds: list[bytes] = []
+        columns: dict[int, list[list[Any]]] = {}
+        pending = 0
+        for chunk_kinds, chunk_cols in self.chunks():
+            kinds.append(chunk_kinds)
+            for k, cols in chunk_cols.items():
+                acc = columns.get(k)
+                if acc is None:
+                    columns[k] = cols
+                else:
+                    for a, c in zip(acc, cols):
+                        a.extend(c)
+            pending += len(chunk_kinds)
+            if pending >= max_events:
+                yield assemble(b"".join(kinds), columns, self.kinds)
+                kinds, columns, pending = [], {}, 0
+        if pending:
+            yield assemble(b"".join(kinds), columns, self.kinds)
+
+    def warn_if_incomplete(self) -> None:
+        """Warn (``TraceTruncatedWarning``) when reading stopped before the end record."""
+        if self.complete:
+            return
+        at = self.truncated_at if self.truncated_at is not None else self.offset
+        warnings.warn(
+            f"{self.name}: the trace ends at byte {at} without its end record (the writing process was killed "
+            f"or is still running); loaded the {self.n_events} events written before that",
+            TraceTruncatedWarning,
+            stacklevel=3,
+        )
+
+
+def read_trace(file: BinaryIO, name: str = "trace") -> Trace:
+    """The whole trace in ``file``; warns ``TraceTruncatedWarning`` if it ends early."""
+    import gc
+
+    reader = TraceFileReader(file, name)
+    # Millions of new objects would trigger many pointless cyclic-GC passes.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        events: list[ev.Event] = []
+        for batch in reader.batches(max_events=1 << 62):
+            events = batch if not events else events + batch
+    finally:
+        if was_enabled:
+            gc.enable()
+    reader.warn_if_incomplete()
+    return Trace(reader.header, tuple(events))

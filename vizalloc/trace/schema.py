@@ -1,0 +1,136 @@
+"""The shape of every event kind as the trace file sees it: one column codec per field.
+
+Each field's type annotation in ``events.py`` maps to a *codec name*, a short string
+that the file header stores so a reader can check that a file was written with the
+same event schema it knows:
+
+=========================  ==========================================
+annotation                 codec
+=========================  ==========================================
+``int``                    ``int``
+``bool``                   ``bool``
+``float``                  ``float``
+``str``                    ``str`` (an id into the interned string table)
+``bytes``                  ``bytes`` (lengths in the chunk, bytes raw after it)
+an ``enum.Enum`` subclass  ``enum:<ClassName>`` (stored as its value's string id)
+``tuple[X, ...]``          ``tuple<X>`` (lengths, then the flattened items)
+``Union[int, float, str]`` ``scalar`` (a tag per item, then per-type columns)
+=========================  ==========================================
+
+It also builds a *fast constructor* per kind: a function that fills the slots of a
+frozen event directly instead of going through the dataclass ``__init__`` (which calls
+``object.__setattr__`` once per field and is the most expensive part of both recording
+and loading a trace). The result is the same object ``cls(*fields)`` gives.
+
+    >>> from vizalloc.trace import events as ev
+    >>> from vizalloc.trace.schema import SCHEMA
+    >>> SCHEMA[ev.TensorPlaced].codecs
+    ('int', 'int', 'int', 'int', 'enum:PlacedBy', 'int')
+    >>> SCHEMA[ev.Marker].new(1, 2, None, "hi") == ev.Marker(1, 2, None, "hi")
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Union
+
+from vizalloc.trace import events as ev
+
+#: Python types that may appear inside a ``scalar`` item (op params).
+SCALAR_TYPES = (int, float, str, bool, type(None))
+
+#: The enums event fields may use, by the name the file header records.
+ENUMS: dict[str, type[enum.Enum]] = {
+    cls.__name__: cls for cls in vars(ev).values()
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__module__ == ev.__name__
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KindSchema:
+    """One event kind: its index in ``KINDS``, payload field names and codecs, and a fast constructor."""
+
+    index: int
+    name: str
+    cls: type[ev.Event]
+    fields: tuple[str, ...]
+    codecs: tuple[str, ...]
+    new: Callable[..., ev.Event]
+
+
+def codec_of(tp: Any, where: str) -> str:
+    """The codec name for a resolved type annotation (raises TypeError for a type files cannot hold)."""
+    if tp is bool:
+        return "bool"
+    if tp is int:
+        return "int"
+    if tp is float:
+        return "float"
+    if tp is str:
+        return "str"
+    if tp is bytes:
+        return "bytes"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if ENUMS.get(tp.__name__) is not tp:
+            raise TypeError(f"{where}: enum {tp.__name__} must be defined in vizalloc.trace.events")
+        return f"enum:{tp.__name__}"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"tuple<{codec_of(args[0], where)}>"
+    if origin in (Union, types.UnionType) and all(a in SCALAR_TYPES for a in args):
+        return "scalar"
+    raise TypeError(f"{where}: the trace file has no codec for type {tp!r}; add one to vizalloc/trace/schema.py")
+
+
+def fast_constructor(cls: type[ev.Event]) -> Callable[..., ev.Event]:
+    """A function ``f(seq, t_ns, loc, *payload)`` equal to ``cls(...)`` but about twice as fast.
+
+    It writes each slot through its member descriptor, which is what the frozen
+    dataclass ``__init__`` ends up doing after a slower ``object.__setattr__`` lookup.
+    Only valid for frozen slots dataclasses without ``__post_init__`` (checked here).
+    """
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has __post_init__; the fast constructor would skip it")
+    names = [f.name for f in fields(cls)]
+    setters = {}
+    for name in names:
+        for klass in cls.__mro__:
+            descriptor = klass.__dict__.get(name)
+            if descriptor is not None:
+                setters[name] = descriptor.__set__
+                break
+        else:  # pragma: no cover - every dataclass field of a slots class has a descriptor
+            raise TypeError(f"{cls.__name__}.{name} has no slot")
+    params = ", ".join(f"f_{n}" for n in names)
+    defaults = ", ".join(f"_s_{n}=_setters[{n!r}]" for n in names)
+    body = "".join(f"    _s_{n}(o, f_{n})\n" for n in names)
+    src = (
+        f"def new_{cls.__name__}({params}, *, _new=_object_new, _cls=_cls, {defaults}):\n"
+        f"    o = _new(_cls)\n{body}    return o\n"
+    )
+    scope: dict[str, Any] = {"_object_new": object.__new__, "_cls": cls, "_setters": setters}
+    exec(compile(src, f"<vizalloc fast constructor {cls.__name__}>", "exec"), scope)  # noqa: S102 - our own code
+    fn: Callable[..., ev.Event] = scope[f"new_{cls.__name__}"]
+    return fn
+
+
+def _build() -> dict[type[ev.Event], KindSchema]:
+    out: dict[type[ev.Event], KindSchema] = {}
+    for index, (name, cls) in enumerate(ev.KINDS.items()):
+        hints = typing.get_type_hints(cls, vars(ev))
+        names = ev.payload_fields(cls)
+        codecs = tuple(codec_of(hints[n], f"{name}.{n}") for n in names)
+        out[cls] = KindSchema(index, name, cls, names, codecs, fast_constructor(cls))
+    return out
+
+
+#: Every kind's schema, in ``events.KINDS`` order.
+SCHEMA: dict[type[ev.Event], KindSchema] = _build()
+
+#: The same, by kind name.
+BY_NAME: dict[str, KindSchema] = {s.name: s for s in SCHEMA.values()}
