@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from vizalloc.analysis.bytemap import ByteMap
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, tensor_ref
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
 from vizalloc.analysis.model import Placement, TraceModel
 from vizalloc.trace import events as ev
 
@@ -179,7 +179,7 @@ def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e
 
 def _access_text(model: TraceModel, e: ev.Event, verb: str) -> tuple[str, int]:
     if isinstance(e, ev.NodeCompute):
-        node = model.label(e.tensor_id)
+        node = qlabel(model, e.tensor_id)
         op = model.tensors[e.tensor_id].op if e.tensor_id in model.tensors else "?"
         return f"{verb} by node {e.index} {node} ({op}) of compute #{e.compute_id}", e.index
     if isinstance(e, ev.TensorGet):
@@ -187,7 +187,7 @@ def _access_text(model: TraceModel, e: ev.Event, verb: str) -> tuple[str, int]:
     if isinstance(e, ev.TensorSet):
         return f"{verb} by the user (tensor_set)", -1
     if isinstance(e, ev.TensorCopy):
-        return f"{verb} by a copy {model.label(e.src_id)} -> {model.label(e.dst_id)}", -1
+        return f"{verb} by a copy {qlabel(model, e.src_id)} -> {qlabel(model, e.dst_id)}", -1
     return f"{verb} at seq {e.seq}", -1
 
 
@@ -201,7 +201,7 @@ def _writer_text(model: TraceModel, seq: int) -> str:
     if isinstance(e, ev.TensorSet):
         return f"tensor_set, seq {seq}"
     if isinstance(e, ev.TensorCopy):
-        return f"a copy from {model.label(e.src_id)}, seq {seq}"
+        return f"a copy from {qlabel(model, e.src_id)}, seq {seq}"
     return f"seq {seq}"
 
 
@@ -257,13 +257,13 @@ def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Plac
             other = tensor_ref(model, writer, st.cur.get(writer))
             other_loc = model.event_at(wseq).loc if wseq in model.seq_index else None
         if kind is HazardKind.UNINITIALIZED_READ:
-            what = (f"nothing wrote these bytes since {model.label(t)} was placed" if writer < 0 else
-                    f"these bytes still hold {model.label(writer)}'s data (written at {_writer_text(model, wseq)}); "
-                    f"{model.label(t)} never wrote them since it was placed")
+            what = (f"nothing wrote these bytes since {qlabel(model, t)} was placed" if writer < 0 else
+                    f"these bytes still hold {qlabel(model, writer)}'s data (written at {_writer_text(model, wseq)}); "
+                    f"{qlabel(model, t)} never wrote them since it was placed")
         else:
             since = f"seq {lw}" if lw is not None else "it was placed (it was never written in the trace)"
-            what = (f"last written by {model.label(writer)} at {_writer_text(model, wseq)}, after "
-                    f"{model.label(t)} was written at {since}")
+            what = (f"last written by {qlabel(model, writer)} at {_writer_text(model, wseq)}, after "
+                    f"{qlabel(model, t)} was written at {since}")
         return Hazard(kind, e.seq, tensor_ref(model, t, p), other, p.buffer_id, tuple(merged), access=access,
                       access_loc=e.loc, other_seq=wseq if writer >= 0 else -1, other_loc=other_loc, detail=what,
                       compute_id=compute_id, node_index=index)

@@ -168,6 +168,14 @@ def _inert(text: str) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
+def qlabel(model: TraceModel, tensor_id: int) -> str:
+    """A tensor's name quoted and inert (``'h_pre'``), or ``#id`` when it has none."""
+    info = model.tensors.get(tensor_id)
+    if info is None or not info.name:
+        return f"#{tensor_id}"
+    return f"'{_inert(info.name)}'"
+
+
 def _loc(loc: ev.Location | None) -> str:
     return str(loc) if loc is not None else "<unknown>"
 
@@ -276,7 +284,7 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
                     detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
                            f" ({model.buffers[p.buffer_id].free_cause or 'no cause given'})",
                     binding_id=b.binding_id), b.binding_id)
-            continue
+        # stale roots in a freed buffer still overlap each other there (golden: same instance)
         if p.nbytes > 0:
             by_buffer.setdefault(p.buffer_id, []).append((p.offset, p.end, root, p))
     for buf_id, items in by_buffer.items():
@@ -305,17 +313,17 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
     if x_stale or y_stale:
         kind = HazardKind.STALE_OVERLAP
         stale = px if x_stale else py
-        detail = (f"{model.label(stale.tensor_id)} keeps its placement from binding #{stale.binding_id}, "
+        detail = (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id}, "
                   f"made stale when its allocator was {stale.stale_reason} (seq {stale.stale_seq}); "
-                  f"live ranges in graph #{b.graph_id}: {model.label(x[2])} {_span(sx)}, "
-                  f"{model.label(y[2])} {_span(sy)}")
+                  f"live ranges in graph #{b.graph_id}: {qlabel(model, x[2])} {_span(sx)}, "
+                  f"{qlabel(model, y[2])} {_span(sy)}")
     else:
         kind = HazardKind.USE_AFTER_REUSE
         # a compute of this plan that shows it already reported it, with the real steps
         if col.seen((kind, x[2], y[2], px.buffer_id)) or col.seen((kind, y[2], x[2], px.buffer_id)):
             return
         detail = (f"predicted from the plan: both roots are live in graph #{b.graph_id} "
-                  f"({model.label(x[2])} {_span(sx)}, {model.label(y[2])} {_span(sy)}) but share bytes")
+                  f"({qlabel(model, x[2])} {_span(sx)}, {qlabel(model, y[2])} {_span(sy)}) but share bytes")
     key = (kind, x[2], y[2], px.buffer_id)
     if col.bump(key, seq, b.binding_id):
         return
@@ -333,11 +341,23 @@ def _span(s: liveness.Span) -> str:
 
 # -- plan reuse for another graph ------------------------------------------------------------
 
-def _signature(model: TraceModel, t: int) -> tuple[Any, ...]:
+def _positions(nodes: list[int], leafs: list[int]) -> dict[int, tuple[str, int]]:
+    pos = {t: ("leaf", i) for i, t in enumerate(leafs)}
+    pos.update({t: ("node", i) for i, t in enumerate(nodes)})
+    return pos
+
+
+def _signature(model: TraceModel, t: int, pos: dict[int, tuple[str, int]]) -> tuple[Any, ...]:
+    """What a plan entry depends on besides the size: name, op, type, view-ness and where the
+    sources sit in the graph. Shapes are left out on purpose: a plan reserved for the largest
+    batch and applied to a smaller graph of the same structure is ggml's intended use (the
+    liveness is the same and every size fits), so only a change of structure is a mismatch."""
     info = model.tensors.get(t)
     if info is None:
         return (t,)
-    return (info.name, info.op, info.dtype, info.ne, info.is_view)
+    srcs = tuple(pos.get(s, ("outside", -1)) if s >= 0 else None for s in info.srcs)
+    view = pos.get(info.view_src, ("outside", 0)) if info.view_src >= 0 else None
+    return (info.name, info.op, info.dtype, view, srcs)
 
 
 def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector) -> None:
@@ -349,10 +369,11 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector) -> None
     p_leafs, b_leafs = pg.leafs, bg.leafs
     if p_nodes == b_nodes and p_leafs == b_leafs:
         return
+    p_pos, b_pos = _positions(p_nodes, p_leafs), _positions(b_nodes, b_leafs)
     diffs: list[tuple[str, int, int, int]] = []
     for what, a, c in (("node", p_nodes, b_nodes), ("leaf", p_leafs, b_leafs)):
         for i in range(min(len(a), len(c))):
-            if a[i] != c[i] and _signature(model, a[i]) != _signature(model, c[i]):
+            if a[i] != c[i] and _signature(model, a[i], p_pos) != _signature(model, c[i], b_pos):
                 diffs.append((what, i, a[i], c[i]))
         if len(a) != len(c):
             diffs.append((what + " count", min(len(a), len(c)), -1, -1))
@@ -363,7 +384,8 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector) -> None
     if col.bump(key, b.begin_seq, b.binding_id):
         return
     if now < 0:
-        detail = f"plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, the graph {len(b_nodes)} / {len(b_leafs)}"
+        detail = (f"plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
+                  f"the graph {len(b_nodes)} / {len(b_leafs)}")
     else:
         detail = (f"{what} {pos}: the plan was made for {_sig_text(model, was)}, the graph has {_sig_text(model, now)}"
                   f" ({len(diffs)} position(s) differ); the size-only check let the old offsets through")
