@@ -5,7 +5,9 @@ accesses.
 Writes: a node's own tensor (``NodeCompute``), ``TensorSet``, a ``TensorCopy``'s
 destination, a ``BufferCleared`` (the whole buffer). Reads: a node's sources, a copy's
 source, ``TensorGet``. Reads are checked before the node's write, as a kernel reads its
-inputs before writing (ggml's in-place pattern).
+inputs before writing (ggml's in-place pattern). Accesses to a freed buffer are reported
+as dangling *and* still tracked: vizalloc keeps freed bytes reachable (poisoned), so
+stale tensors there really do overwrite each other, as in C with a quarantined heap.
 
 Tensors that share bytes on purpose share an *alias key*: a view has its root's key, a
 deep copy that aliases an allocated tensor (``PlacedBy.COPY``) has the original's key.
@@ -76,7 +78,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                     continue
                 if p.buffer_id in freed:
                     _dangling(st, col, r, p, e, "read", compute_id)
-                    continue
                 k = keys[r]
                 bm = maps.get(p.buffer_id)
                 if bm is not None:
@@ -90,7 +91,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 continue
             if p.buffer_id in freed:
                 _dangling(st, col, t, p, e, "write", compute_id)
-                continue
             k = keys[t]
             bm = maps.get(p.buffer_id)
             if bm is None:
@@ -116,7 +116,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 continue
             if p.buffer_id in freed:
                 _dangling(st, col, t, p, e, "read", compute_id)
-                continue
             _check_read(st, col, t, p, keys[t], e, compute_id, HazardKind.CLOBBERED_OUTPUT,
                         e.offset, e.nbytes)  # type: ignore[attr-defined]
         elif cls is TensorCopy:
@@ -125,9 +124,8 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             if p is not None:
                 if p.buffer_id in freed:
                     _dangling(st, col, src, p, e, "read", compute_id)
-                else:
-                    _check_read(st, col, src, p, keys[src], e, compute_id, HazardKind.USE_AFTER_REUSE,
-                                0, e.nbytes)  # type: ignore[attr-defined]
+                _check_read(st, col, src, p, keys[src], e, compute_id, HazardKind.USE_AFTER_REUSE,
+                            0, e.nbytes)  # type: ignore[attr-defined]
             _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
         elif cls is BufferCleared:
             buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
@@ -167,7 +165,6 @@ def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e
         return
     if p.buffer_id in st.freed:
         _dangling(st, col, t, p, e, "write", compute_id)
-        return
     k = st.key[t]
     bm = st.maps.get(p.buffer_id)
     if bm is None:

@@ -274,7 +274,7 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
             continue
         state = model.placement_state(p, seq)
         if state is PlacementState.DANGLING:
-            key = (HazardKind.DANGLING, root, -1, p.buffer_id)
+            key = (HazardKind.DANGLING, root, -1, p.buffer_id, "kept")
             if not col.bump(key, seq, b.binding_id):
                 col.add(key, lambda p=p, root=root: Hazard(
                     HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
