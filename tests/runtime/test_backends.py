@@ -3,6 +3,9 @@ graph_copy (checked against ggml-python's ggml_backend_graph_copy), CUDA availab
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -318,3 +321,24 @@ def test_cuda_backend_unavailable_says_how_to_install() -> None:
     else:
         pytest.skip("cupy is installed here; tests/runtime/test_backends_gpu.py covers the CUDA backend")
 
+
+
+def _fake_cupy(count) -> types.SimpleNamespace:
+    def get_device_count() -> int:
+        if isinstance(count, Exception):
+            raise count
+        return count
+
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=get_device_count)))
+
+
+@pytest.mark.parametrize(("count", "device", "message"), [
+    (0, 0, "found no CUDA device"),
+    (RuntimeError("cudaErrorNoDevice"), 0, "found no CUDA device"),
+    (2, 5, r"CUDA device 5 does not exist; this machine has 2 \(0..1\)"),
+    (2, -1, "CUDA device -1 does not exist"),
+])
+def test_cuda_backend_without_a_usable_device(monkeypatch: pytest.MonkeyPatch, count, device: int, message: str) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(count))
+    with pytest.raises(BackendUnavailableError, match=message):
+        CudaBackend(device)
