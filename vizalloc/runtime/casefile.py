@@ -11,11 +11,12 @@ in the file's "result" shape so it can be compared with what real ggml did.
 
 Only the CLI and tests open files; this module takes parsed JSON (or its text).
 
-Scheduler steps (``sched_reset``, ``sched_alloc_graph``, ``compute``) of single-CPU
-cases are replayed through the equivalent graph-allocator calls (semantics §6.4: with one
-CPU backend the scheduler's graph is the user graph and every buffer id is 0), keeping
-the scheduler's ``is_alloc`` state: ``compute`` allocates only when nothing is allocated,
-and computes nothing (the files record allocation, not values).
+Scheduler steps (``sched_reset``, ``sched_alloc_graph``, ``compute``) run through a
+``vizalloc.runtime.sched.Scheduler`` with one CPU backend on the case's buffer type.
+``compute`` allocates when nothing is allocated (as ggml's compute does) but runs no
+kernels: the files record allocation, not values. ``use_scheduler=False`` replays them
+through the equivalent graph-allocator calls instead (semantics §6.4: with one CPU
+backend the scheduler's graph is the user graph and every buffer id is 0).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def parse_case(data: Any) -> Case:
 class CaseReplay:
     """Rebuilds a case's tensors and replays its steps one by one (``run`` does all)."""
 
-    def __init__(self, case: Case, *, reclaim: bool = False) -> None:
+    def __init__(self, case: Case, *, reclaim: bool = False, use_scheduler: bool = True) -> None:
         self.case = case
         self.bufts: list[BufferType] = []
         for b in case.buffer_types:
@@ -237,7 +238,15 @@ class CaseReplay:
                 self.bufts.append(self.bufts[same])
             else:
                 self.bufts.append(BufferType(b["name"], alignment=b["alignment"], max_size=b.get("max_size")))
-        self.galloc = GraphAllocator(self.bufts, reclaim=reclaim)
+        self.sched = None
+        if case.is_sched and use_scheduler:
+            from vizalloc.runtime.backends import CPUBackend
+            from vizalloc.runtime.sched import Scheduler
+
+            self.sched = Scheduler([CPUBackend()], bufts=self.bufts[:1], reclaim=reclaim)
+            self.galloc = self.sched.galloc
+        else:
+            self.galloc = GraphAllocator(self.bufts, reclaim=reclaim)
         self.ctx = Context(name=f"case {case.name}", max_tensors=None)
         # external buffers: instances marked external, placed at the offsets of the first listing
         self.instance_of: dict[int, int] = {}  # Buffer.id -> instance
@@ -368,11 +377,16 @@ class CaseReplay:
         elif action == "alloc_graph":
             ok = galloc.alloc_graph(self.graph(step))
         elif action == "sched_reset":
+            if self.sched is not None:
+                self.sched.reset()
             self.is_alloc = False
         elif action == "sched_alloc_graph":
             ok = self._sched_alloc(self.graph(step))
         elif action == "compute":
-            if not self.is_alloc:
+            if self.sched is not None:
+                if not self.sched.is_alloc:
+                    ok = self.sched.alloc_graph(self.graph(step))
+            elif not self.is_alloc:
                 ok = self._sched_alloc(self.graph(step))
         elif action == "clear_tensor_pointers":
             ids = step.cleared if step.cleared is not None else [
@@ -385,6 +399,8 @@ class CaseReplay:
     def _sched_alloc(self, g: Graph) -> bool:
         # ggml_backend_sched_alloc_graph with one CPU backend: gallocr_alloc_graph, which
         # re-plans by itself with one buffer type; on failure the scheduler reserves and retries
+        if self.sched is not None:
+            return self.sched.alloc_graph(g)
         ok = self.galloc.alloc_graph(g)
         if not ok:
             ok = self.galloc.reserve_n(g, None, None) and self.galloc.alloc_graph(g)
@@ -566,9 +582,9 @@ class CaseReplay:
         return self.case.is_sched
 
 
-def replay_case(case: Case, *, reclaim: bool = False) -> list[dict[str, Any]]:
+def replay_case(case: Case, *, reclaim: bool = False, use_scheduler: bool = True) -> list[dict[str, Any]]:
     """Replay every step of ``case``; one golden-shaped result per step."""
-    return CaseReplay(case, reclaim=reclaim).run()
+    return CaseReplay(case, reclaim=reclaim, use_scheduler=use_scheduler).run()
 
 
 def compare_results(case: Case, results: Sequence[Mapping[str, Any]]) -> list[str]:
