@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vizalloc.runtime import F32, Context, Graph, ops, set_input, set_output  # noqa: E402
 from vizalloc.runtime.backends import Backend, CPUBackend, alloc_ctx_tensors, graph_compute  # noqa: E402
 from vizalloc.runtime.memory import tensor_get, tensor_set  # noqa: E402
+from vizalloc.trace.recorder import ListRecorder  # noqa: E402
 
 BATCH = 256
 SIZES = (784, 1024, 1024, 10)
@@ -247,14 +248,18 @@ def main(argv: list[str] | None = None) -> int:
         np.testing.assert_allclose(ggml_side[1](), res_n(), rtol=1e-3, atol=1e-3)
     rounds = 5
     per = max(1, args.repeat // rounds)
+    t_tr: list[float] = []
     for _ in range(rounds):
         t_n += time_it(step_n, per)
         t_v += time_it(step_v, per)
+        with ListRecorder():  # tracing on (events kept in memory), values not captured
+            t_tr += time_it(step_v, per, warmup=0)
         if ggml_side is not None:
             t_g += time_it(ggml_side[0], per)
     base = statistics.median(t_n)
     print(_row("numpy direct (out=)", t_n, None))
     print(_row("vizalloc CPUBackend", t_v, base))
+    print(_row("vizalloc, traced", t_tr, base))
     if ggml_side is not None:
         print(_row(f"ggml CPU ({args.threads} threads)", t_g, base))
         ggml_side[2]()

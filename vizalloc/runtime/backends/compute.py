@@ -13,8 +13,16 @@ compute. With ``capture_values`` it also snapshots the graph's inputs at the sta
 (leafs and sources no node of the graph produces) and its results at the end (nodes
 flagged OUTPUT or read by no other node).
 
-    >>> from vizalloc.runtime.backends import CPUBackend, graph_compute
-    >>> # graph_compute(CPUBackend(), graph) runs an allocated graph
+    >>> import numpy as np
+    >>> from vizalloc.runtime import Context, F32, Graph, ops
+    >>> from vizalloc.runtime.backends import CPUBackend, alloc_ctx_tensors, graph_compute
+    >>> from vizalloc.runtime.memory import tensor_get, tensor_set
+    >>> ctx = Context(); a = ctx.new_tensor_1d(F32, 3); y = ops.relu(ctx, a)
+    >>> g = Graph(); g.build_forward_expand(y); _ = alloc_ctx_tensors(ctx, CPUBackend())
+    >>> tensor_set(a, np.array([-1, 0, 2], dtype=np.float32)); graph_compute(CPUBackend(), g)
+    True
+    >>> tensor_get(y).tolist()
+    [0.0, 0.0, 2.0]
 """
 
 from __future__ import annotations
