@@ -61,6 +61,15 @@ class Problem:
         """The highest byte the recorded offsets use."""
         return max((r.offset + r.size for r in self.rows), default=0)
 
+    @property
+    def lower_bound(self) -> int:
+        """The most bytes live at one time: no packing of these rows can use less."""
+        best = 0
+        points = sorted({r.lower for r in self.rows})
+        for t in points:
+            best = max(best, sum(r.size for r in self.rows if r.lower <= t < r.upper))
+        return best
+
     def overlaps(self) -> list[tuple[Row, Row]]:
         """Pairs of rows live at the same time whose recorded bytes overlap (a valid plan has none)."""
         bad = []

@@ -1,0 +1,130 @@
+"""vizalloc export TRACE: write a graph diagram, a layout, a Perfetto trace, a JSON report
+or MiniMalloc CSV from a trace file.
+
+    vizalloc export run.vztrace                              # run.svg (graph diagram, needs Graphviz)
+    vizalloc export run.vztrace --format layout --binding 3  # run.layout.svg
+    vizalloc export run.vztrace --format perfetto            # run.perfetto.json: open in ui.perfetto.dev
+    vizalloc export run.vztrace --format json -o -           # the report on stdout
+    vizalloc export run.vztrace --format dot --fold 'layer\\.\\d+' --max-nodes 150
+
+The output goes next to the trace as ``<trace stem><ending>`` (``.dot``, ``.svg``,
+``.layout.svg``, ``.perfetto.json``, ``.report.json``, ``.minimalloc.csv``) unless ``-o``
+names it; an existing file is only replaced with ``-f``. Diagrams show the first
+binding with a finding (else the last binding) unless ``--binding``/``--graph`` say
+otherwise. Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
+instead, says how to install Graphviz, and exits 0. MiniMalloc writes one file per
+slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vizalloc.errors import UsageError
+
+HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
+FORMATS = ("dot", "svg", "layout", "perfetto", "json", "minimalloc")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="svg",
+                        help="what to write (default: svg, the graph diagram)")
+    parser.add_argument("--binding", type=int, metavar="N", help="draw the graph as bound by binding N")
+    parser.add_argument("--graph", type=int, metavar="N", help="draw graph N (as of its latest binding)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="the file to write ('-' for stdout); default: next to the trace, named after it")
+    parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
+    parser.add_argument("--max-nodes", type=int, default=300, metavar="N",
+                        help="most boxes in a graph diagram; the rest is summarised (0: no limit; default 300)")
+    parser.add_argument("--fold", metavar="REGEX",
+                        help="fold tensors whose names match REGEX into one box per match (default: 'blk.N' "
+                             "layers when the graph is over --max-nodes; 'none' never folds)")
+    parser.add_argument("--offsets", action="store_true",
+                        help="minimalloc: add the recorded offset as a fifth column (a solution file)")
+
+
+def default_output(trace_path: str, suffix: str) -> Path:
+    """``<dir of the trace>/<trace stem><suffix>`` (``run.vztrace`` -> ``run.svg``)."""
+    p = Path(trace_path)
+    return p.with_name(p.stem + suffix)
+
+
+def _with_part(path: Path, part: str) -> Path:
+    """``run.minimalloc.csv`` + ``s0c1`` -> ``run.s0c1.minimalloc.csv``."""
+    name = path.name
+    stem = name.split(".", 1)[0]
+    rest = name[len(stem):]
+    return path.with_name(f"{stem}.{part}{rest}")
+
+
+def _check_free(path: Path, force: bool) -> None:
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists; pass -f to overwrite it, or -o to write somewhere else")
+    if path.exists() and path.is_dir():
+        raise UsageError(f"{path} is a directory; pass -o FILE")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _load(path: str):  # type: ignore[no-untyped-def]
+    from vizalloc.trace.api import load
+
+    if not os.path.exists(path):
+        raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py`")
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory, not a trace file")
+    return load(path)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from vizalloc.export.api import Analysed, Format, Options, export_texts
+    from vizalloc.export.dot import INSTALL_HINT, find_dot
+
+    if args.max_nodes < 0:
+        raise UsageError(f"--max-nodes must be 0 (no limit) or more, not {args.max_nodes}")
+    fmt = Format(args.fmt)
+    fold = "" if args.fold is not None and args.fold.lower() == "none" else args.fold
+    to_stdout = args.output == "-"
+    target = Path(args.output) if args.output and not to_stdout else default_output(args.trace, fmt.suffix)
+
+    svg_fallback = fmt is Format.SVG and find_dot() is None
+    if svg_fallback:
+        fmt = Format.DOT
+        if not args.output:
+            target = default_output(args.trace, Format.DOT.suffix)
+        elif not to_stdout:
+            target = target.with_suffix(".dot")
+    # refuse before doing the work when the (single) output is taken
+    if not to_stdout and fmt is not Format.MINIMALLOC:
+        _check_free(target, args.force)
+
+    trace = _load(args.trace)
+    analysed = Analysed.of(trace)
+    options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
+                      offsets=args.offsets, header=getattr(trace, "header", None))
+    texts = export_texts(analysed, fmt, options)
+
+    if to_stdout:
+        sys.stdout.write("\n".join(texts.values()))
+    else:
+        paths = {part: (target if not part else _with_part(target, part)) for part in texts}
+        for path in paths.values():
+            _check_free(path, args.force)
+        for part, text in texts.items():
+            _write(paths[part], text)
+            print(f"wrote {paths[part]}", file=sys.stderr)
+    if svg_fallback:
+        print(f"vizalloc export: warning: the Graphviz `dot` program was not found, so the diagram was written "
+              f"as DOT source instead of SVG; {INSTALL_HINT}, then run `dot -Tsvg {target} -o "
+              f"{target.with_suffix('.svg')}`", file=sys.stderr)
+    return 0
