@@ -274,6 +274,10 @@ def _splits_at(model: TraceModel, graph_ids: set[int], cut: int) -> list[tuple[e
         return []
     start, sched_id = best
     sched = model.scheds[sched_id]
+    # a pass emits its copies first (while splitting), then its splits, then SchedAlloc
+    before = [sp.seq for sp in sched.splits if sp.seq < start] + [a.seq for a in sched.allocs if a.seq < start] \
+        + [r for r in sched.resets if r < start]
+    copies_from = max(before, default=-1)
     later = [sp.seq for sp in sched.splits if sp.split_index == 0 and sp.seq > start]
     end = min([cut + 1, *later])
     out: list[tuple[ev.SchedSplit, list[ev.SchedCopy]]] = []
@@ -284,7 +288,7 @@ def _splits_at(model: TraceModel, graph_ids: set[int], cut: int) -> list[tuple[e
             by_index[sp.split_index] = copies
             out.append((sp, copies))
     for c in sched.copies:
-        if start <= c.seq < end and c.split_index in by_index:
+        if copies_from < c.seq < end and c.split_index in by_index:
             by_index[c.split_index].append(c)
     return out
 
