@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vizalloc.errors import AllocationError, GraphError, NoMemoryError, ShapeError
-from vizalloc.runtime.buffer import Buffer
+from vizalloc.runtime.buffer import Buffer, Storage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, view_init
@@ -70,28 +70,28 @@ def tensor_copy(src: Tensor, dst: Tensor) -> None:
         s_st, d_st = src.storage, dst.storage
         assert s_st is not None and d_st is not None and src.data is not None and dst.data is not None
         s_off, d_off = src.data - s_st.base, dst.data - d_st.base
-        copy_bytes(s_st.mem, s_off, d_st.mem, d_off, nbytes)
+        copy_bytes(s_st, s_off, d_st, d_off, nbytes)
     if recorder.active():
         recorder.emit(ev.TensorCopy, src.id, dst.id, nbytes)
 
 
-def copy_bytes(src_mem: Any, src_off: int, dst_mem: Any, dst_off: int, nbytes: int) -> None:
-    """Move ``nbytes`` between two flat byte arrays (numpy or a device array module).
+def copy_bytes(src: Storage, src_off: int, dst: Storage, dst_off: int, nbytes: int) -> None:
+    """Move ``nbytes`` between two storages (host numpy, or a device array module).
 
     Device arrays are reached only through their own methods (``get``/``set``/``device``),
     so this module never imports a device library.
     """
-    s = src_mem[src_off:src_off + nbytes]
-    d = dst_mem[dst_off:dst_off + nbytes]
-    s_host, d_host = isinstance(src_mem, np.ndarray), isinstance(dst_mem, np.ndarray)
+    s = src.mem[src_off:src_off + nbytes]
+    d = dst.mem[dst_off:dst_off + nbytes]
+    s_host, d_host = src.xp is np, dst.xp is np
     if s_host and d_host:
         d[...] = s  # numpy handles overlapping ranges (memmove semantics)
     elif d_host:
         d[...] = s.get()
     elif s_host:
         d.set(np.ascontiguousarray(s))
-    elif src_mem.device == dst_mem.device:
-        with dst_mem.device:
+    elif src.mem.device == dst.mem.device:
+        with dst.mem.device:
             d[...] = s
     else:
         d.set(s.get())  # across devices through the host: slow, like ggml's fallback
