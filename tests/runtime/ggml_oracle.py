@@ -22,6 +22,9 @@ Builder API (both ``VizBuilder`` and ``GgmlBuilder``):
 
 ``snapshot_ggml`` / ``snapshot_viz`` run a program in one runtime; ``assert_same_structure``
 runs it in both and raises ``AssertionError`` naming the first differing tensor and field.
+``compute_viz`` / ``compute_ggml`` also *compute* a program (named inputs set from numpy
+arrays; ggml on its CPU backend through ``ggml_graph_compute_with_ctx``) and return the
+roots' values as ``(ne3, ne2, ne1, ne0)`` arrays, for numeric comparisons.
 
 ggml-python pitfalls handled here (see /work/shared/design/ggml-python-notes.md): contexts
 are ``no_alloc`` so no tensor data is ever touched; every context is freed after use.
@@ -36,6 +39,8 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from vizalloc.runtime import Context, DType, Graph, UnaryOp, ops, set_input, set_output, set_param
 from vizalloc.runtime.tensor import Op, Tensor
@@ -154,12 +159,13 @@ class VizBuilder:
 class GgmlBuilder:
     """Runs a program against real ggml through ggml-python (no memory is allocated)."""
 
-    def __init__(self, max_tensors: int = 4096) -> None:
+    def __init__(self, max_tensors: int = 4096, data_bytes: int = 0) -> None:
+        """``data_bytes > 0`` makes a context that holds tensor data (for computing)."""
         if _ggml is None:
             raise RuntimeError("ggml-python is not installed")
         g = _ggml
-        mem = g.ggml_tensor_overhead() * max_tensors + g.ggml_graph_overhead() * 4
-        self.ctx = g.ggml_init(g.ggml_init_params(mem_size=mem, mem_buffer=None, no_alloc=True))
+        mem = g.ggml_tensor_overhead() * max_tensors + g.ggml_graph_overhead() * 4 + data_bytes
+        self.ctx = g.ggml_init(g.ggml_init_params(mem_size=mem, mem_buffer=None, no_alloc=data_bytes == 0))
         self._types = {"f32": g.GGML_TYPE_F32, "f16": g.GGML_TYPE_F16, "i32": g.GGML_TYPE_I32}
 
     def new(self, type_label: str, ne: Sequence[int], name: str = "") -> Any:
@@ -269,6 +275,68 @@ def snapshot_ggml(program: Program) -> Snapshot:
     b = GgmlBuilder()
     try:
         return b.snapshot(program(b))
+    finally:
+        b.close()
+
+
+_NP_TYPES = {"f32": np.float32, "f16": np.float16, "i32": np.int32, "i64": np.int64}
+
+
+def compute_viz(program: Program, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Build ``program`` in vizalloc, place every tensor in one CPU buffer, set the named
+    inputs (numpy order: ``ne`` reversed), run the kernels node by node, and return each
+    root as a ``(ne3, ne2, ne1, ne0)`` array."""
+    from vizalloc.runtime.buffer import BufferType
+    from vizalloc.runtime.kernels import compute_forward
+    from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, tensor_set
+
+    b = VizBuilder()
+    try:
+        roots = list(program(b))
+        alloc_ctx_tensors(b.ctx, BufferType("CPU"))
+        for name, values in inputs.items():
+            t = b.ctx.get_tensor(name)
+            assert t is not None, name
+            tensor_set(t, values)
+        g = Graph()
+        for r in roots:
+            g.build_forward_expand(r)
+        for node in g.nodes:
+            compute_forward(node)
+        return [tensor_array(r).copy() for r in roots]
+    finally:
+        b.close()
+
+
+def compute_ggml(program: Program, inputs: dict[str, np.ndarray], n_threads: int = 1,
+                 data_bytes: int = 64 << 20) -> list[np.ndarray]:
+    """The same in real ggml: a context that holds data, ``ggml_graph_compute_with_ctx``."""
+    g = _ggml
+    assert g is not None
+    b = GgmlBuilder(data_bytes=data_bytes)
+    try:
+        roots = list(program(b))
+        for name, values in inputs.items():
+            t = g.ggml_get_tensor(b.ctx, name.encode())
+            assert t, name
+            c = t.contents
+            want = np.ascontiguousarray(values, dtype=_NP_TYPES[g.ggml_type_name(c.type).decode()])
+            assert want.nbytes == g.ggml_nbytes(t), (name, want.nbytes, g.ggml_nbytes(t))
+            ctypes.memmove(c.data, want.ctypes.data, want.nbytes)
+        graph = g.ggml_new_graph(b.ctx)
+        for r in roots:
+            g.ggml_build_forward_expand(graph, r)
+        g.ggml_graph_compute_with_ctx(b.ctx, graph, n_threads)
+        out = []
+        for r in roots:
+            c = r.contents
+            dtype = np.dtype(_NP_TYPES[g.ggml_type_name(c.type).decode()])
+            nbytes = g.ggml_nbytes(r)
+            raw = (ctypes.c_uint8 * nbytes).from_address(c.data)
+            arr = np.ndarray((c.ne[3], c.ne[2], c.ne[1], c.ne[0]), dtype=dtype, buffer=raw,
+                             strides=(c.nb[3], c.nb[2], c.nb[1], c.nb[0]))
+            out.append(arr.copy())
+        return out
     finally:
         b.close()
 

@@ -18,6 +18,8 @@ nearest even (as ggml's FP32->FP16) and truncates floats to ints (a C cast).
 
 from __future__ import annotations
 
+import numpy as np
+
 from vizalloc.errors import ShapeError
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels._util import F32, all_float, arr, raw_view, register, split_for_tiling, src_types, xp_of
@@ -40,7 +42,13 @@ def _copy(t: Tensor) -> None:
     d, x = arr(t), arr(t.src[0])  # type: ignore[arg-type]
     if x.shape != d.shape:
         x = x.reshape(d.shape)
-    xp_of(t).copyto(d, x, casting="unsafe")
+    xp = xp_of(t)
+    if x.dtype == d.dtype or xp is not np:
+        xp.copyto(d, x, casting="unsafe")
+    else:
+        # like C, out-of-range values become inf (f16) or wrap (ints) without a warning
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.copyto(d, x, casting="unsafe")
 
 
 @register(Op.GET_ROWS, lambda t: src_types(t, _ANY, {DType.I32}))
