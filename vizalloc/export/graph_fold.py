@@ -96,6 +96,14 @@ def fold_groups(model: GraphModel, pattern: str = DEFAULT_FOLD) -> GraphModel:
     groups = {k: v for k, v in groups.items() if len(v) >= 2}
     if len(groups) < 2:
         return model
+    # boxes in execution order: by the first computed member (leafs come first in a graph)
+    position = {n.key: i for i, n in enumerate(model.nodes)}
+
+    def first_computed(members: list[GNode]) -> tuple[int, int]:
+        computed = [position[n.key] for n in members if n.role is NodeRole.NODE]
+        return (min(computed) if computed else len(position), min(position[n.key] for n in members))
+
+    groups = dict(sorted(groups.items(), key=lambda kv: first_computed(kv[1])))
     key_of: dict[str, str] = {}
     boxes: dict[str, GNode] = {}
     for i, (label, members) in enumerate(groups.items()):
