@@ -1,0 +1,296 @@
+"""Training an MLP with the optimizer context: against real ggml-opt (ggml-python 0.0.45),
+and under every stale-tensor ``fix``.
+
+The model is small but has what the stale-tensor bug needs: forward intermediates that
+ggml's planner puts on the same bytes in the forward-only graph (in-place add and silu),
+one of which (silu's input) the backward pass reads again. A forward-only batch runs
+first, so the forward graph is planned before the training graph.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pytest
+
+from vizalloc.runtime import Context, F32, ops, set_param
+from vizalloc.runtime.backends import CPUBackend
+from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.opt import (
+    LossType, OptContext, OptDataset, OptimizerType, OptResult, constant_optimizer_params, default_optimizer_params,
+    default_params, epoch,
+)
+from vizalloc.runtime.sched import Scheduler
+from vizalloc.runtime.tensor import Tensor, UnaryOp
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    loss_type: LossType = LossType.CROSS_ENTROPY
+    optimizer: OptimizerType = OptimizerType.ADAMW
+    n_in: int = 6
+    n_hidden: int = 8
+    n_out: int = 3
+    batch: int = 4
+    ndata: int = 24
+    idata_split: int = 16
+    epochs: int = 3
+    opt_period: int = 1
+    shuffle: bool = False
+    forward_first: bool = True
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class Outcome:
+    losses: list[tuple[float, float, float, float]]  # train loss, val loss, val accuracy, train unc
+    weights: list[np.ndarray]
+    preds: list[int]
+
+
+def _data(s: Setup) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    rng = np.random.default_rng(s.seed)
+    data = rng.normal(size=(s.ndata, s.n_in)).astype(np.float32)
+    labels = np.eye(s.n_out, dtype=np.float32)[rng.integers(0, s.n_out, s.ndata)]
+    if s.loss_type is not LossType.CROSS_ENTROPY:
+        labels = rng.normal(size=(s.ndata, s.n_out)).astype(np.float32)
+    weights = [
+        rng.normal(scale=0.5, size=shape).astype(np.float32)
+        for shape in ((s.n_hidden, s.n_in), (s.n_hidden,), (s.n_out, s.n_hidden))
+    ]
+    return data, labels, weights
+
+
+def _opt_pars(optimizer: OptimizerType):  # type: ignore[no-untyped-def]
+    pars = default_optimizer_params(None)
+    pars.sgd.alpha = 0.05
+    return pars
+
+
+def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False) -> tuple[Outcome, OptContext]:
+    data, labels, init = _data(s)
+    supervised = s.loss_type in (LossType.CROSS_ENTROPY, LossType.MEAN_SQUARED_ERROR)
+    ds = OptDataset(F32, F32, s.n_in, s.n_out if supervised else 0, s.ndata, 1)
+    ds.data_array()[...] = data
+    if supervised:
+        ds.labels_array()[...] = labels
+    cs, cc = Context(name="static"), Context(name="compute")
+    x = cs.new_tensor_2d(F32, s.n_in, s.batch, name="x")
+    w1 = cs.new_tensor_2d(F32, s.n_in, s.n_hidden, name="w1")
+    b1 = cs.new_tensor_1d(F32, s.n_hidden, name="b1")
+    w2 = cs.new_tensor_2d(F32, s.n_hidden, s.n_out, name="w2")
+    params: list[Tensor] = [w1, b1, w2]
+    for p in params:
+        set_param(p)
+    h = ops.unary(cc, ops.add(cc, ops.mul_mat(cc, w1, x), b1), UnaryOp.SILU)
+    out = ops.mul_mat(cc, w2, h)
+    sched = Scheduler([CPUBackend()])
+    alloc_ctx_tensors(cs, CPUBackend().buffer_type)
+    for p, v in zip(params, init):
+        tensor_set(p, v)
+    op = default_params(sched, s.loss_type)
+    op.ctx_compute, op.inputs, op.outputs = cc, x, out
+    op.optimizer, op.opt_period = s.optimizer, s.opt_period
+    op.get_opt_pars, op.get_opt_pars_ud = constant_optimizer_params, _opt_pars(s.optimizer)
+    opt = OptContext(op, fix=fix)
+    if s.forward_first:
+        opt.alloc(backward=False)
+        ds.get_batch(x, opt.labels, 0)
+        opt.eval(None)
+    losses = []
+    preds: list[int] = []
+    for _ in range(s.epochs):
+        if s.shuffle:
+            ds.shuffle(opt, s.idata_split)
+        rt, rv = OptResult(), OptResult()
+        if reserve_between:
+            # another graph reserved on the scheduler between two allocations of the loop
+            sched.reserve(opt.gf)  # type: ignore[arg-type]
+        epoch(opt, ds, rt, rv, s.idata_split)
+        acc = rv.accuracy()[0]
+        losses.append((rt.loss()[0], rv.loss()[0], acc, rt.loss()[1]))
+        preds.extend(rv.pred())
+    return Outcome(losses, [tensor_get(p) for p in params], preds), opt
+
+
+# -- the same in real ggml-opt ------------------------------------------------------------
+
+def train_ggml(s: Setup) -> Outcome:
+    ggml = pytest.importorskip("ggml", reason="ggml-python 0.0.45 is the oracle for ggml-opt")
+    ggml.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_alloc_buffer.restype = ctypes.c_void_p
+    f32p = ctypes.POINTER(ctypes.c_float)
+    data, labels, init = _data(s)
+    backend = ggml.ggml_backend_cpu_init()
+    arr = (ggml.ggml_backend_t_ctypes * 1)(backend)
+    sched = ggml.ggml_backend_sched_new(arr, None, 1, 2048, False, True)
+    supervised = s.loss_type in (LossType.CROSS_ENTROPY, LossType.MEAN_SQUARED_ERROR)
+    ds = ggml.ggml_opt_dataset_init(ggml.GGML_TYPE_F32, ggml.GGML_TYPE_F32, s.n_in, s.n_out if supervised else 0,
+                                    s.ndata, 1)
+    d = ggml.ggml_opt_dataset_data(ds)
+    np.ctypeslib.as_array(ctypes.cast(d.contents.data, f32p), shape=data.shape)[...] = data
+    if supervised:
+        lab = ggml.ggml_opt_dataset_labels(ds)
+        np.ctypeslib.as_array(ctypes.cast(lab.contents.data, f32p), shape=labels.shape)[...] = labels
+    ip = ggml.ggml_init_params(mem_size=16 * 1024 * 1024, mem_buffer=None, no_alloc=True)
+    cs, cc = ggml.ggml_init(ip), ggml.ggml_init(ip)
+    x = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.batch)
+    w1 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden)
+    b1 = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden)
+    w2 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out)
+    params = [w1, b1, w2]
+    for p in params:
+        ggml.ggml_set_param(p)
+    h = ggml.ggml_silu(cc, ggml.ggml_add(cc, ggml.ggml_mul_mat(cc, w1, x), b1))
+    out = ggml.ggml_mul_mat(cc, w2, h)
+    buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
+    for p, v in zip(params, init):
+        ggml.ggml_backend_tensor_set(p, v.ctypes.data_as(ctypes.c_void_p), 0, v.nbytes)
+    loss_type = {
+        LossType.CROSS_ENTROPY: ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY,
+        LossType.MEAN_SQUARED_ERROR: ggml.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR,
+        LossType.MEAN: ggml.GGML_OPT_LOSS_TYPE_MEAN, LossType.SUM: ggml.GGML_OPT_LOSS_TYPE_SUM,
+    }[s.loss_type]
+    op = ggml.ggml_opt_default_params(sched, loss_type)
+    op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
+    op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
+                    else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
+    pars = _opt_pars(s.optimizer)
+    cpars = ggml.ggml_opt_optimizer_params()
+    cpars.adamw.alpha, cpars.adamw.beta1, cpars.adamw.beta2 = pars.adamw.alpha, pars.adamw.beta1, pars.adamw.beta2
+    cpars.adamw.eps, cpars.adamw.wd = pars.adamw.eps, pars.adamw.wd
+    cpars.sgd.alpha, cpars.sgd.wd = pars.sgd.alpha, pars.sgd.wd
+    # ctypes callbacks cannot return structs: hand ggml its own C function
+    c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
+    op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
+    op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
+    octx = ggml.ggml_opt_init(op)
+    null_cb = ggml.ggml_opt_epoch_callback()
+    if s.forward_first:
+        ggml.ggml_opt_alloc(octx, False)
+        ggml.ggml_opt_dataset_get_batch(ds, x, ggml.ggml_opt_labels(octx), 0)
+        ggml.ggml_opt_eval(octx, None)
+    losses = []
+    preds: list[int] = []
+    for _ in range(s.epochs):
+        if s.shuffle:
+            ggml.ggml_opt_dataset_shuffle(octx, ds, s.idata_split)
+        rt, rv = ggml.ggml_opt_result_init(), ggml.ggml_opt_result_init()
+        ggml.ggml_opt_epoch(octx, ds, rt, rv, s.idata_split, null_cb, null_cb)
+        lt, ut, lv, uv, acc, acc_u = (ctypes.c_double() for _ in range(6))
+        ggml.ggml_opt_result_loss(rt, ctypes.byref(lt), ctypes.byref(ut))
+        ggml.ggml_opt_result_loss(rv, ctypes.byref(lv), ctypes.byref(uv))
+        ggml.ggml_opt_result_accuracy(rv, ctypes.byref(acc), ctypes.byref(acc_u))
+        losses.append((lt.value, lv.value, acc.value, ut.value))
+        nd = ctypes.c_int64()
+        ggml.ggml_opt_result_ndata(rv, ctypes.byref(nd))
+        if s.loss_type is LossType.CROSS_ENTROPY:
+            pr = (ctypes.c_int32 * nd.value)()
+            ggml.ggml_opt_result_pred(rv, pr)
+            preds.extend(pr)
+        ggml.ggml_opt_result_free(rt)
+        ggml.ggml_opt_result_free(rv)
+    weights = []
+    for p, v in zip(params, init):
+        got = np.zeros_like(v)
+        ggml.ggml_backend_tensor_get(p, got.ctypes.data_as(ctypes.c_void_p), 0, got.nbytes)
+        weights.append(got)
+    ggml.ggml_opt_free(octx)
+    ggml.ggml_backend_buffer_free(buf)
+    ggml.ggml_free(cs)
+    ggml.ggml_free(cc)
+    ggml.ggml_opt_dataset_free(ds)
+    ggml.ggml_backend_sched_free(sched)
+    ggml.ggml_backend_free(backend)
+    return Outcome(losses, weights, preds)
+
+
+SETUPS = {
+    "ce_adamw": Setup(),
+    "ce_adamw_shuffle": Setup(shuffle=True),
+    "ce_sgd": Setup(optimizer=OptimizerType.SGD),
+    "mse_adamw_accumulate": Setup(loss_type=LossType.MEAN_SQUARED_ERROR, opt_period=2),
+    "mean_sgd": Setup(loss_type=LossType.MEAN, optimizer=OptimizerType.SGD, forward_first=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_training_matches_ggml_opt(name: str) -> None:
+    s = SETUPS[name]
+    ref = train_ggml(s)
+    got, _ = train_vizalloc(s)
+    # ggml's SIMD kernels sum in another order than numpy: agree to float32 rounding
+    np.testing.assert_allclose(np.array(got.losses), np.array(ref.losses), rtol=2e-5, atol=1e-6)
+    for mine, theirs in zip(got.weights, ref.weights):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-5, atol=1e-6)
+    assert got.preds == ref.preds
+    # training happened: the weights moved
+    assert not np.allclose(got.weights[0], _data(s)[2][0])
+
+
+# -- the fix strategies ---------------------------------------------------------------------
+
+def test_fix_none_corrupts_silently_and_the_fixes_do_not() -> None:
+    s = Setup()
+    ref, _ = train_vizalloc(s, "dup")
+    bad, _ = train_vizalloc(s, "none")
+    # the stale shared tensors give other numbers, and no error
+    assert not all(np.array_equal(a, b) for a, b in zip(bad.weights, ref.weights))
+    assert bad.losses != ref.losses
+    for fix in ("clear", "invalidate", "static"):
+        got, _ = train_vizalloc(s, fix)
+        assert got.losses == ref.losses, fix
+        assert all(np.array_equal(a, b) for a, b in zip(got.weights, ref.weights)), fix
+
+
+def test_fix_invalidate_is_defeated_by_a_reserve_in_between() -> None:
+    """The maintainers' counter-example to PR #999: a reserve starts a new plan and forgets
+    the last binding, so the next allocation no longer reclaims the stale tensors."""
+    s = Setup()
+    ref, _ = train_vizalloc(s, "dup", reserve_between=True)
+    plain, _ = train_vizalloc(s, "dup")
+    assert ref.losses == plain.losses  # reserving changes nothing for ggml's own strategy
+    got, _ = train_vizalloc(s, "invalidate", reserve_between=True)
+    assert got.losses != ref.losses
+
+
+def test_fix_dup_never_gives_the_originals_memory() -> None:
+    _, opt = train_vizalloc(Setup(epochs=1), "dup")
+    assert opt.ctx_compute is not None
+    assert all(t.data is None for t in opt.ctx_compute.tensors() if t.view_src is None)
+    assert opt.allocated_graph_copy is not opt.allocated_graph
+    # the copies alias the static tensors (loss, accumulators) and own the rest
+    copy = opt.allocated_graph_copy
+    assert copy is not None and all(t.data is not None for t in copy.nodes)
+
+
+def test_fix_none_and_clear_allocate_the_shared_originals() -> None:
+    for fix in ("none", "clear"):
+        _, opt = train_vizalloc(Setup(epochs=1), fix)
+        assert opt.allocated_graph_copy is opt.allocated_graph
+        assert opt.outputs is not None and opt.outputs.data is not None
+
+
+def test_fix_clear_leaves_static_memory_alone() -> None:
+    _, opt = train_vizalloc(Setup(epochs=1), "clear")
+    opt.alloc(backward=False)  # a switch gb_opt -> gf clears every compute tensor first
+    assert opt.loss is not None and opt.loss.data is not None  # static (ctx_static)
+    assert opt.ctx_static is not None
+    assert all(t.data is not None for t in opt.ctx_static.tensors())
+    gb_only = [t for t in opt.gb_opt.nodes if not opt.gf.contains(t) and t.view_src is None]  # type: ignore[union-attr]
+    assert gb_only and all(t.data is None for t in gb_only)
+
+
+def test_fix_static_keeps_shared_tensors_out_of_the_scheduler() -> None:
+    _, opt = train_vizalloc(Setup(epochs=1), "static")
+    shared = [t for t in opt.shared_tensors() if t.view_src is None]
+    assert shared and opt.buf_shared is not None
+    assert all(t.buffer is opt.buf_shared for t in shared)
+    # everything in the forward graph is shared; the gradient nodes are planned by the scheduler
+    assert opt.gf is not None and all(t.buffer is opt.buf_shared for t in opt.gf.nodes
+                                      if t.view_src is None and t.ctx is opt.ctx_compute)
+    planned = [t for t in opt.gb_opt.nodes if t.ctx is opt.ctx_compute and t.view_src is None  # type: ignore[union-attr]
+               and t.buffer is not opt.buf_shared]
+    assert planned and all(t.buffer is not None and t.buffer.usage.value == "compute" for t in planned)
