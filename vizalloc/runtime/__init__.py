@@ -15,3 +15,8 @@ __all__ = [
     "Buffer", "BufferType", "Context", "DType", "F16", "F32", "Flag", "Graph", "I32", "Op", "Tensor",
     "UnaryOp", "Usage", "dup_graph", "set_input", "set_loss", "set_output", "set_param", "set_strict",
 ]
+
+# op constructors and kernels (ops engineer): ``from vizalloc.runtime import ops, kernels``
+from vizalloc.runtime import kernels, ops  # noqa: E402
+
+__all__ += ["kernels", "ops"]
