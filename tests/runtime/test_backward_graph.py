@@ -2,8 +2,9 @@
 
 Every model is described once and built twice, through a small adapter: in vizalloc
 and in real ggml. The node sequences (op, unary op, name, shape, strides, flags, view
-root and offset) and the leaf sequences must be identical; with the graph allocator the
-offsets of every tensor must be too.
+root and offset, sources) and the leaf sequences must be identical; planned with the
+graph allocator (vizalloc's ``GraphAllocator`` / ggml's ``ggml_gallocr``), the offset of
+every tensor and the buffer size must be too.
 """
 
 from __future__ import annotations
@@ -64,6 +65,19 @@ class VizApi:
         build_backward_expand(self.ctx, gb, accs)
         return gb
 
+    def allocate(self, g: Graph) -> tuple[dict[int, int], int]:
+        """vizalloc's graph allocator on the CPU buffer type."""
+        from vizalloc.runtime.alloc import GraphAllocator
+        from vizalloc.runtime.backends import CPU_BUFFER_TYPE
+
+        galloc = GraphAllocator(CPU_BUFFER_TYPE)
+        assert galloc.alloc_graph(g)
+        offsets = {}
+        for i, t in enumerate([*g.leafs, *g.nodes]):
+            if t.data is not None and t.buffer is not None:
+                offsets[i] = t.offset
+        return offsets, galloc.buffer_size(0)
+
     def describe(self, g: Graph) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         index = {t.id: i for i, t in enumerate([*g.leafs, *g.nodes])}
 
@@ -84,6 +98,9 @@ class GgmlApi:
         self.ctx = ggml.ggml_init(params)
 
     def close(self) -> None:
+        galloc = getattr(self, "_galloc", None)
+        if galloc is not None:
+            ggml.ggml_gallocr_free(galloc)
         ggml.ggml_free(self.ctx)
 
     def tensor(self, dtype: str, *ne: int, name: str = "") -> Any:
@@ -131,6 +148,21 @@ class GgmlApi:
             accs = ctypes.cast(arr, ctypes.POINTER(ptr))
         ggml.ggml_build_backward_expand(self.ctx, gb, accs)
         return gb
+
+    def allocate(self, g: Any) -> tuple[dict[int, int], int]:
+        """ggml_gallocr on the CPU buffer type: offset of every graph tensor, buffer size."""
+        ggml.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p  # ggml-python truncates it otherwise
+        galloc = ggml.ggml_gallocr_new(ggml.ggml_backend_cpu_buffer_type())
+        assert ggml.ggml_gallocr_alloc_graph(galloc, g)
+        nodes, leafs = self.tensors(g)
+        offsets = {}
+        for i, t in enumerate([*leafs, *nodes]):
+            c = t.contents
+            if c.data and c.buffer:
+                offsets[i] = c.data - ggml.ggml_backend_buffer_get_base(c.buffer)
+        size = ggml.ggml_gallocr_get_buffer_size(galloc, 0)
+        self._galloc = galloc  # keep the buffers alive while the caller compares
+        return offsets, size
 
     @staticmethod
     def tensors(g: Any) -> tuple[list[Any], list[Any]]:
@@ -282,6 +314,24 @@ def test_backward_graph_matches_ggml(model: str, accumulate: bool) -> None:
     assert leafs == ref_leafs
     # the backward pass really added gradient nodes
     assert sum(1 for row in nodes if row[2].startswith("grad for")) >= 2
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["plain", "grad_accs"])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_backward_graph_offsets_match_gallocr(model: str, accumulate: bool) -> None:
+    """Planned with the graph allocator, every tensor of the backward graph lands at ggml's offset."""
+    gapi = GgmlApi()
+    try:
+        _, gb_ref = _build(gapi, MODELS[model], accumulate)
+        ref_offsets, ref_size = gapi.allocate(gb_ref)
+    finally:
+        gapi.close()
+    vapi = VizApi()
+    _, gb = _build(vapi, MODELS[model], accumulate)
+    offsets, size = vapi.allocate(gb)
+    assert size == ref_size
+    assert len(offsets) == len(ref_offsets) == len(gb.nodes) + len(gb.leafs)
+    assert offsets == ref_offsets
 
 
 def test_gradient_slots_and_accumulators() -> None:
