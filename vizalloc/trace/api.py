@@ -27,12 +27,14 @@ from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWriter, read_trace
+from vizalloc.trace.schema import SCHEMA
 from vizalloc.trace.value import Trace, TraceHeader
 
 __all__ = ["Trace", "TraceHeader", "TraceSession", "load", "mark", "read_batches", "save", "trace"]
 
 PathLike = str | os.PathLike[str]
 
+_NEW = {cls: s.new for cls, s in SCHEMA.items()}
 _ComputeEnd = ev.ComputeEnd
 _ValueSnapshot = ev.ValueSnapshot
 
@@ -73,9 +75,14 @@ class TraceSession:
         self._max_pending = max_pending
         self._max_value_bytes = max_pending_value_bytes
         self._compress_level = compress_level
-        self._events: list[ev.Event] = []
-        self._flushed = 0            # events of self._events already written
-        self._dropped = 0            # events written and dropped (keep_events=False)
+        # Events as two parallel lists: the kind, and the event or its row (seq, t_ns, loc, *fields)
+        # as recorder.emit hands it over; rows become events only when .trace is asked for.
+        self._kinds: list[type[ev.Event]] = []
+        self._items: list[Any] = []
+        self._rows_only = True       # no event object among the items
+        self._events: list[ev.Event] = []  # the items made events so far (a prefix)
+        self._flushed = 0            # items already written
+        self._dropped = 0            # items written and dropped (keep_events=False)
         self._value_bytes = 0
         self._last_flush_ns = 0
         self._file: Any = None
@@ -121,13 +128,14 @@ class TraceSession:
             self._timer.join()
         with recorder._lock:
             self._flush()
-            self._final = Trace(self.header, tuple(self._events)) if self.keep_events else None
             if self._writer is not None:
                 try:
                     if self.error is None:
                         self._writer.close()
                 finally:
                     self._file.close()
+        if self.keep_events:
+            self._final = Trace(self.header, tuple(self._materialize()))
         if self.error is not None:
             raise self.error
 
@@ -145,18 +153,24 @@ class TraceSession:
 
     # -- the Recorder protocol ----------------------------------------------------
     def record(self, event: ev.Event) -> None:
-        """Called by ``recorder.emit`` under its lock, for every event."""
-        events = self._events
-        events.append(event)
+        """Called by ``recorder.emit`` under its lock when some recorder wants event objects."""
+        self._rows_only = False
+        self.record_row(event.__class__, event)  # an event is handled like a row here
+
+    def record_row(self, cls: type[ev.Event], row: Any) -> None:
+        """Called by ``recorder.emit`` under its lock: ``row`` is ``(seq, t_ns, loc, *fields)``."""
+        items = self._items
+        self._kinds.append(cls)
+        items.append(row)
         if self._writer is None:
             return
-        cls = event.__class__
         if cls is _ValueSnapshot:
-            self._value_bytes += len(event.data)  # type: ignore[attr-defined]
+            data = row[-1] if type(row) is tuple else row.data
+            self._value_bytes += len(data)
         if (
             cls is _ComputeEnd
-            or event.t_ns - self._last_flush_ns >= self._interval_ns
-            or len(events) - self._flushed >= self._max_pending
+            or (row[1] if type(row) is tuple else row.t_ns) - self._last_flush_ns >= self._interval_ns
+            or len(items) - self._flushed >= self._max_pending
             or self._value_bytes >= self._max_value_bytes
         ):
             self._flush()
@@ -169,21 +183,23 @@ class TraceSession:
         import time
 
         self._last_flush_ns = time.perf_counter_ns()
-        pending = self._events[self._flushed:]
-        if not pending:
+        start = self._flushed
+        if start >= len(self._items):
             return
         try:
-            writer.write_events(pending)
+            writer.write_rows(self._kinds[start:], self._items[start:], rows_only=self._rows_only)
         except (TraceFormatError, OSError) as exc:
             # never break the traced program: remember, stop writing, report at stop()
             self.error = exc
             return
         self._value_bytes = 0
         if self.keep_events:
-            self._flushed = len(self._events)
+            self._flushed = len(self._items)
         else:
-            self._dropped += len(self._events)
-            self._events.clear()
+            self._dropped += len(self._items)
+            self._items.clear()
+            self._kinds.clear()
+            self._rows_only = True
             self._flushed = 0
 
     def flush(self) -> None:
@@ -196,14 +212,14 @@ class TraceSession:
         interval = self._interval_ns / 1e9
         while not self._stop.wait(interval):
             with recorder._lock:
-                if len(self._events) > self._flushed:
+                if len(self._items) > self._flushed:
                     self._flush()
 
     # -- results ---------------------------------------------------------------------
     @property
     def n_events(self) -> int:
         """Events recorded so far."""
-        return self._dropped + len(self._events)
+        return self._dropped + len(self._items)
 
     @property
     def nbytes(self) -> int:
@@ -218,7 +234,24 @@ class TraceSession:
         if self._final is not None:
             return self._final
         with recorder._lock:
-            return Trace(self.header, tuple(self._events))
+            return Trace(self.header, tuple(self._materialize()))
+
+    def _materialize(self) -> list[ev.Event]:
+        """The items as events (rows built into events once, in bulk)."""
+        done = len(self._events)
+        if done < len(self._items):
+            was_enabled = gc.isenabled()
+            gc.disable()  # millions of new objects would trigger pointless collections
+            try:
+                new = _NEW
+                self._events += [
+                    new[c](*x) if type(x) is tuple else x
+                    for c, x in zip(self._kinds[done:], self._items[done:])
+                ]
+            finally:
+                if was_enabled:
+                    gc.enable()
+        return self._events
 
     def __repr__(self) -> str:
         state = "active" if self.active else "stopped"

@@ -109,16 +109,20 @@ class TraceFileWriter:
 
     def write_events(self, events: Sequence[ev.Event]) -> None:
         """Encode ``events`` as one chunk and append it (nothing for an empty list)."""
+        self.write_rows([e.__class__ for e in events], events)
+
+    def write_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False) -> None:
+        """Append one chunk of events given as kinds and events-or-rows (see ``ChunkEncoder.encode_rows``)."""
         if self.closed:
             raise TraceFormatError("the trace file is closed; no more events can be written")
-        if not events:
+        if not items:
             return
         try:
-            meta, blob = self._encoder.encode(events)
+            meta, blob = self._encoder.encode_rows(classes, items, rows_only=rows_only)
         except EncodeError as exc:
             raise TraceFormatError(f"cannot write event: {exc}") from exc
-        self._write(_frame(FRAME_CHUNK, len(events), meta, blob))
-        self.n_events += len(events)
+        self._write(_frame(FRAME_CHUNK, len(items), meta, blob))
+        self.n_events += len(items)
 
     def close(self) -> None:
         """Append the end record (the file is then known to be complete)."""

@@ -9,6 +9,12 @@ Runtime call sites do::
 source line, and hands it to every active recorder (traces nest: an inner trace's
 events also reach the outer one). Outside any trace ``active()`` is False and the
 runtime builds no event at all, so tracing costs nothing when off.
+
+This is the hot path of tracing, so it is written for speed: events are built with
+the kinds' fast constructors (``schema.fast_constructor``: same objects, half the
+cost of the dataclass ``__init__``), and source lines are found with a per-code-object
+cache keyed by ``id(code)`` (hashing a code object is slow). A forked child starts
+with no recorder: it must not write into its parent's trace file.
 """
 
 from __future__ import annotations
@@ -17,15 +23,23 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from vizalloc.trace.events import Event, Location
+from vizalloc.trace.schema import SCHEMA
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class Recorder(Protocol):
-    """Something that receives events (a trace being written, a test's list)."""
+    """Something that receives events (a trace being written, a test's list).
+
+    A recorder may also define ``record_row(cls, row)``, taking an event as its kind and
+    the tuple ``(seq, t_ns, loc, *fields)``. While every active recorder has it, ``emit``
+    builds no event object at all (the trace file writer needs none; it builds them
+    later, in bulk, only if asked). Events of classes outside ``events.KINDS`` always
+    go to ``record``.
+    """
 
     #: Whether graph inputs and outputs should be snapshotted at compute time.
     capture_values: bool
@@ -33,12 +47,22 @@ class Recorder(Protocol):
     def record(self, event: Event) -> None: ...
 
 
-_lock = threading.RLock()
+#: Held while an event is numbered and handed to the recorders, so every recorder sees
+#: events in ``seq`` order. Not reentrant: a recorder's ``record`` must not emit.
+_lock = threading.Lock()
 _recorders: tuple[Recorder, ...] = ()
+_sinks: tuple[Callable[[Event], None], ...] = ()
+_row_sinks: tuple[Callable[[type[Event], tuple[Any, ...]], None], ...] = ()  # non-empty: rows for everyone
 _capturing = False
 _seq = 0
-_internal_code: dict[Any, bool] = {}
-_locations: dict[tuple[str, int, str], Location] = {}
+_perf_counter_ns = time.perf_counter_ns
+_getframe = sys._getframe
+# id(code) -> None for vizalloc's own code, else {line: Location} for a user's code object;
+# the code objects are kept alive in _code_keep so their ids stay unique.
+_code_lines: dict[int, dict[int, Location] | None] = {}
+_code_keep: list[Any] = []
+_new: dict[type[Event], Callable[..., Event]] = {cls: s.new for cls, s in SCHEMA.items()}
+_arity: dict[type[Event], int] = {cls: len(s.fields) for cls, s in SCHEMA.items()}
 
 
 def active() -> bool:
@@ -51,46 +75,65 @@ def capturing_values() -> bool:
     return _capturing
 
 
+def _set(recs: tuple[Recorder, ...]) -> None:
+    global _recorders, _sinks, _row_sinks, _capturing
+    _sinks = tuple(r.record for r in recs)
+    rows = tuple(getattr(r, "record_row", None) for r in recs)
+    _row_sinks = rows if rows and all(f is not None for f in rows) else ()  # type: ignore[assignment]
+    _capturing = any(r.capture_values for r in recs)
+    _recorders = recs
+
+
 def push(rec: Recorder) -> None:
     """Start sending events to ``rec`` (innermost last)."""
-    global _recorders, _capturing
     with _lock:
-        _recorders = _recorders + (rec,)
-        _capturing = any(r.capture_values for r in _recorders)
+        _set(_recorders + (rec,))
 
 
 def pop(rec: Recorder) -> None:
     """Stop sending events to ``rec``."""
-    global _recorders, _capturing
     with _lock:
-        _recorders = tuple(r for r in _recorders if r is not rec)
-        _capturing = any(r.capture_values for r in _recorders)
+        _set(tuple(r for r in _recorders if r is not rec))
 
 
-def _is_internal(code: Any) -> bool:
-    internal = _internal_code.get(code)
-    if internal is None:
-        internal = code.co_filename.startswith(_PACKAGE_DIR) or code.co_filename.startswith("<frozen ")
-        _internal_code[code] = internal
-    return internal
+def _lines_of(code: Any) -> dict[int, Location] | None:
+    filename = code.co_filename
+    internal = filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
+    lines: dict[int, Location] | None = None if internal else {}
+    _code_keep.append(code)
+    _code_lines[id(code)] = lines
+    return lines
+
+
+def _locate(frame: Any) -> Location | None:
+    """The first frame from ``frame`` outward that is not vizalloc's own code."""
+    while frame is not None:
+        code = frame.f_code
+        try:
+            lines = _code_lines[id(code)]
+        except KeyError:
+            lines = _lines_of(code)
+        if lines is None:
+            frame = frame.f_back
+            continue
+        lineno = frame.f_lineno
+        loc = lines.get(lineno)
+        if loc is None:
+            loc = lines[lineno] = Location(code.co_filename, lineno, code.co_name)
+        return loc
+    return None
 
 
 def user_location(depth: int = 2) -> Location | None:
-    """The first frame outside the vizalloc package (the user's line), interned."""
+    """The first frame outside the vizalloc package (the user's line), interned.
+
+    ``depth`` counts from this function: 1 is its caller, 2 the caller's caller.
+    """
     try:
-        frame = sys._getframe(depth)
+        frame = _getframe(depth)
     except ValueError:
         return None
-    while frame is not None and _is_internal(frame.f_code):
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return None
-    code = frame.f_code
-    key = (code.co_filename, frame.f_lineno, code.co_name)
-    loc = _locations.get(key)
-    if loc is None:
-        loc = _locations[key] = Location(*key)
-    return loc
+    return _locate(frame)
 
 
 _NOT_GIVEN: Any = object()
@@ -107,20 +150,40 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
             for a batch, such as the node computes of one graph compute).
 
     Returns:
-        The event, or None when nothing is recording.
+        The event, or None when nothing is recording or every recorder takes rows
+        (see ``Recorder``; runtime code never needs the event back).
     """
     global _seq
-    recs = _recorders
-    if not recs:
+    sinks = _sinks
+    if not sinks:
         return None
     if loc is _NOT_GIVEN:
-        loc = user_location(2)
+        loc = _locate(_getframe(1))
+    row_sinks = _row_sinks
+    if row_sinks and _arity.get(cls) == len(payload):
+        with _lock:
+            _seq = seq = _seq + 1
+            row = (seq, _perf_counter_ns(), loc, *payload)
+            for row_sink in row_sinks:
+                row_sink(cls, row)
+        return None
+    new = _new.get(cls, cls)
     with _lock:
-        _seq += 1
-        event = cls(_seq, time.perf_counter_ns(), loc, *payload)
-        for r in recs:
-            r.record(event)
+        _seq = seq = _seq + 1
+        event = new(seq, _perf_counter_ns(), loc, *payload)
+        for sink in sinks:
+            sink(event)
     return event
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _recorders, _sinks, _row_sinks, _capturing
+    _lock = threading.Lock()  # another thread may have held it at fork time
+    _recorders, _sinks, _row_sinks, _capturing = (), (), (), False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ListRecorder:
