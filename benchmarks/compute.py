@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import statistics
 import sys
 import time
@@ -31,10 +32,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vizalloc.runtime import F32, Context, Graph, ops, set_input, set_output  # noqa: E402
-from vizalloc.runtime.backends import Backend, CPUBackend, alloc_ctx_tensors, graph_compute  # noqa: E402
-from vizalloc.runtime.memory import tensor_get, tensor_set  # noqa: E402
-from vizalloc.trace.recorder import ListRecorder  # noqa: E402
+from vizalloc.runtime import F32, Context, Graph, ops, set_input, set_output
+from vizalloc.runtime.backends import (
+    Backend,
+    CPUBackend,
+    alloc_ctx_tensors,
+    graph_compute,
+)
+from vizalloc.runtime.memory import tensor_get, tensor_set
+from vizalloc.trace.recorder import ListRecorder
 
 BATCH = 256
 SIZES = (784, 1024, 1024, 10)
@@ -44,7 +50,7 @@ def make_weights(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per layer: w with numpy shape (n_out, n_in) (ggml ne = (n_in, n_out)) and b (n_out,)."""
     rng = np.random.default_rng(seed)
     layers = []
-    for n_in, n_out in zip(SIZES[:-1], SIZES[1:]):
+    for n_in, n_out in itertools.pairwise(SIZES):
         w = (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype(np.float32)
         b = (rng.standard_normal(n_out) * 0.1).astype(np.float32)
         layers.append((w, b))
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     step_n, res_n = direct(np, x, layers, None)
-    step_v, res_v, graph = vizalloc_mlp(CPUBackend(), x, layers)
+    step_v, res_v, _graph = vizalloc_mlp(CPUBackend(), x, layers)
     step_n()
     step_v()
     np.testing.assert_allclose(res_v(), res_n(), rtol=1e-4, atol=1e-4)

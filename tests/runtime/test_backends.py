@@ -9,7 +9,13 @@ import types
 import numpy as np
 import pytest
 
-from vizalloc.errors import BackendUnavailableError, GraphError, NoMemoryError, ShapeError, VizallocError
+from vizalloc.errors import (
+    BackendUnavailableError,
+    GraphError,
+    NoMemoryError,
+    ShapeError,
+    VizallocError,
+)
 from vizalloc.runtime import F16, F32, Context, Graph, Op, UnaryOp, set_output
 from vizalloc.runtime.backends import (
     CPU_BUFFER_TYPE,
@@ -180,7 +186,7 @@ def _small_graph(ctx: Context) -> tuple[Graph, dict[str, Tensor]]:
     set_output(s)
     g = Graph()
     g.build_forward_expand(s)
-    return g, dict(w=w, x=x, b=b, mm=mm, add=add, r=r, v=v, s=s)
+    return g, {"w": w, "x": x, "b": b, "mm": mm, "add": add, "r": r, "v": v, "s": s}
 
 
 def _ggml_graph_copy_offsets() -> dict[str, int]:
@@ -221,7 +227,7 @@ def _ggml_graph_copy_offsets() -> dict[str, int]:
 
 def test_graph_copy_offsets_match_ggml() -> None:
     ctx = Context()
-    g, ts = _small_graph(ctx)
+    g, _ = _small_graph(ctx)
     alloc_ctx_tensors(ctx, CPUBackend())
     copy = graph_copy(CPUBackend(), g)
     ours = {c.name: c.offset for c in _all_tensors(copy.graph)}

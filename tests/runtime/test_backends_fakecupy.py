@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from typing_extensions import Self
 
 from vizalloc.errors import BackendError
 from vizalloc.runtime import F32, Context, Graph, Op
-from vizalloc.runtime.backends import CPUBackend, CudaBackend, alloc_ctx_tensors, graph_compute, graph_copy, tensor_copy
+from vizalloc.runtime.backends import (
+    CPUBackend,
+    CudaBackend,
+    alloc_ctx_tensors,
+    graph_compute,
+    graph_copy,
+    tensor_copy,
+)
 from vizalloc.runtime.backends import cuda as cuda_module
 from vizalloc.runtime.buffer import POISON
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
@@ -42,7 +50,7 @@ class _Device:
     def __init__(self, fake: FakeCupy, index: int = 0) -> None:
         self.fake, self.id = fake, index
 
-    def __enter__(self) -> _Device:
+    def __enter__(self) -> Self:
         self.fake.current.append(self.id)
         return self
 

@@ -11,7 +11,14 @@ import pytest
 
 from vizalloc.errors import BackendError, BackendUnavailableError
 from vizalloc.runtime import F32, I32, Context, Graph, Op
-from vizalloc.runtime.backends import CPUBackend, CudaBackend, alloc_ctx_tensors, graph_compute, graph_copy, tensor_copy
+from vizalloc.runtime.backends import (
+    CPUBackend,
+    CudaBackend,
+    alloc_ctx_tensors,
+    graph_compute,
+    graph_copy,
+    tensor_copy,
+)
 from vizalloc.runtime.buffer import POISON
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.trace import events as ev

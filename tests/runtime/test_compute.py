@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import sys
 import types
 from collections.abc import Iterator
@@ -13,9 +14,20 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from vizalloc.errors import BackendError, ContextError, DanglingPointerError, NoMemoryError
+from vizalloc.errors import (
+    BackendError,
+    ContextError,
+    DanglingPointerError,
+    NoMemoryError,
+)
 from vizalloc.runtime import F32, Context, Graph, Op, UnaryOp, set_output
-from vizalloc.runtime.backends import CPUBackend, SimBackend, alloc_ctx_tensors, graph_compute, graph_copy
+from vizalloc.runtime.backends import (
+    CPUBackend,
+    SimBackend,
+    alloc_ctx_tensors,
+    graph_compute,
+    graph_copy,
+)
 from vizalloc.runtime.buffer import POISON, set_strict
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor
@@ -53,7 +65,7 @@ def standin_kernels() -> types.ModuleType:
 
 def use_kernels(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     """The real kernels when they are complete, else the stand-in (patched in for one test)."""
-    import vizalloc.runtime as runtime
+    from vizalloc import runtime
 
     try:
         real = importlib.import_module("vizalloc.runtime.kernels")
@@ -169,7 +181,7 @@ def test_aliasing_in_compute_is_real() -> None:
 def test_compute_events_name_nodes_reads_and_the_users_line() -> None:
     _, s = _allocated_small()
     with ListRecorder() as rec:
-        graph_compute(CPUBackend(), s.graph); line = sys._getframe().f_lineno  # noqa: E702
+        graph_compute(CPUBackend(), s.graph); line = sys._getframe().f_lineno
     kinds = [type(e).__name__ for e in rec.events]
     assert kinds == ["ComputeBegin"] + ["NodeCompute"] * 4 + ["ComputeEnd"]
     begin, *nodes, end = rec.events
@@ -256,7 +268,7 @@ def test_callback_asks_for_every_node_and_observes_computed_values() -> None:
 def test_callback_returning_false_stops_the_compute(tracing: bool) -> None:
     _, s = _allocated_small()
     tensor_set(s.s, np.full(3, 42, dtype=np.float32))
-    cb = lambda t, ask: t.name != "r" if not ask else t.name == "r"  # noqa: E731
+    cb = lambda t, ask: t.name != "r" if not ask else t.name == "r"
     rec = ListRecorder(capture_values=True)
     with rec if tracing else contextlib.nullcontext():
         done = graph_compute(CPUBackend(), s.graph, callback=cb)
@@ -305,9 +317,8 @@ def test_restricted_sim_backend_refuses_unsupported_ops() -> None:
     _, s = _allocated_small(sim)
     with pytest.raises(BackendError, match=r"SIM does not support op UNARY \(node 'r'\)"):
         graph_compute(sim, s.graph)
-    with ListRecorder():
-        with pytest.raises(BackendError, match="does not support op UNARY"):
-            graph_compute(sim, s.graph)
+    with ListRecorder(), pytest.raises(BackendError, match="does not support op UNARY"):
+        graph_compute(sim, s.graph)
 
 
 # -- dangling pointers ------------------------------------------------------------------------
@@ -326,7 +337,7 @@ def _dangling_graph() -> tuple[Tensor, Tensor, Graph, object]:
 
 
 def test_dangling_source_reads_poison_by_default() -> None:
-    w, out, g, wbuf = _dangling_graph()
+    _, out, g, wbuf = _dangling_graph()
     wbuf.free()
     graph_compute(CPUBackend(), g)
     poison = np.frombuffer(bytes([POISON]) * 16, dtype=np.float32)
@@ -334,14 +345,13 @@ def test_dangling_source_reads_poison_by_default() -> None:
 
 
 def test_dangling_source_raises_in_strict_mode() -> None:
-    w, out, g, wbuf = _dangling_graph()
+    _, _, g, wbuf = _dangling_graph()
     wbuf.free()
     set_strict(True)
     with pytest.raises(DanglingPointerError, match=f"'w' points into buffer #{wbuf.id}, which was freed"):
         graph_compute(CPUBackend(), g)
-    with ListRecorder(capture_values=True):
-        with pytest.raises(DanglingPointerError):
-            graph_compute(CPUBackend(), g)
+    with ListRecorder(capture_values=True), pytest.raises(DanglingPointerError):
+        graph_compute(CPUBackend(), g)
 
 
 # -- through the real ops and the graph allocator ------------------------------------------------
@@ -385,7 +395,7 @@ def mlp_numpy(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.
 def mlp_data(seed: int = 0, sizes: tuple[int, ...] = (12, 16, 16, 5), batch: int = 7):
     rng = np.random.default_rng(seed)
     layers = [(rng.standard_normal((o, i)).astype(np.float32), rng.standard_normal(o).astype(np.float32))
-              for i, o in zip(sizes[:-1], sizes[1:])]
+              for i, o in itertools.pairwise(sizes)]
     return rng.standard_normal((batch, sizes[0])).astype(np.float32), layers
 
 

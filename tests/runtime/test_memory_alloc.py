@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vizalloc.errors import AllocationError, DanglingPointerError, NoMemoryError, ShapeError
+from vizalloc.errors import (
+    AllocationError,
+    DanglingPointerError,
+    NoMemoryError,
+    ShapeError,
+)
 from vizalloc.runtime import F16, F32, I32, Context
 from vizalloc.runtime.buffer import POISON, BufferType, Usage, set_strict
 from vizalloc.runtime.memory import (

@@ -23,9 +23,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vizalloc.runtime.backends.base import NOOP_OPS, Backend, EvalCallback
-from vizalloc.runtime.backends.copy import GraphCopy, graph_copy, same_layout, tensor_copy
+from vizalloc.runtime.backends.copy import (
+    GraphCopy,
+    graph_copy,
+    same_layout,
+    tensor_copy,
+)
 from vizalloc.runtime.backends.cpu import CPU_BUFFER_TYPE, CPUBackend
-from vizalloc.runtime.backends.cuda import CudaBackend  # imports cupy only when one is made
+from vizalloc.runtime.backends.cuda import (
+    CudaBackend,  # imports cupy only when one is made
+)
 from vizalloc.runtime.backends.sim import SimBackend
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
 from vizalloc.runtime.memory import alloc_ctx_tensors as _alloc_ctx_tensors
@@ -35,8 +42,19 @@ if TYPE_CHECKING:
     from vizalloc.runtime.graph import Graph
 
 __all__ = [
-    "CPU_BUFFER_TYPE", "Backend", "CPUBackend", "CudaBackend", "EvalCallback", "GraphCopy", "NOOP_OPS",
-    "SimBackend", "alloc_ctx_tensors", "graph_compute", "graph_copy", "same_layout", "tensor_copy",
+    "CPU_BUFFER_TYPE",
+    "NOOP_OPS",
+    "Backend",
+    "CPUBackend",
+    "CudaBackend",
+    "EvalCallback",
+    "GraphCopy",
+    "SimBackend",
+    "alloc_ctx_tensors",
+    "graph_compute",
+    "graph_copy",
+    "same_layout",
+    "tensor_copy",
 ]
 
 

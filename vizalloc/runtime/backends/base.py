@@ -16,7 +16,8 @@ weights live in host memory (``offload_op``). Subclasses: ``CPUBackend``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

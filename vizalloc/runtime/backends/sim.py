@@ -92,10 +92,12 @@ class SimBackend(Backend):
     def supports_op(self, t: Tensor) -> bool:
         if t.op in NOOP_OPS:
             return True
-        if self._ops is not None and t.op not in self._ops:
-            if not (t.op is Op.UNARY and any(p in self._unary for p in t.op_params if isinstance(p, UnaryOp))):
-                return False
+        if self._ops is not None and t.op not in self._ops and not self._unary_listed(t):
+            return False
         return super().supports_op(t)
+
+    def _unary_listed(self, t: Tensor) -> bool:
+        return t.op is Op.UNARY and any(p in self._unary for p in t.op_params if isinstance(p, UnaryOp))
 
     def offload_op(self, t: Tensor) -> bool:
         """ggml-cuda's rule: offload when the batch dimension is large enough.
