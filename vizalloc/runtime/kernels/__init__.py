@@ -21,6 +21,7 @@ from __future__ import annotations
 from vizalloc.errors import BackendError
 from vizalloc.runtime.kernels import elementwise, layout, nn  # noqa: F401  (they register their kernels)
 from vizalloc.runtime.kernels._util import KERNELS
+from vizalloc.runtime.memory import tensor_array
 from vizalloc.runtime.tensor import Op, Tensor
 
 #: Ops that only describe memory (ggml_op_is_empty): computing them does nothing.
@@ -46,6 +47,8 @@ def compute_forward(t: Tensor) -> None:
     fn, supports = entry
     if not supports(t):
         raise BackendError(_missing(t))
+    if t.storage is None or t.data is None:
+        tensor_array(t)  # raises NoMemoryError naming the tensor
     if t.ne[0] and t.ne[1] and t.ne[2] and t.ne[3]:
         fn(t)
 
