@@ -11,7 +11,8 @@ While a trace records, the loop emits ``ComputeBegin``, one ``NodeCompute`` per
 computed node and ``ComputeEnd``; the user's source line is looked up once per
 compute. With ``capture_values`` it also snapshots the graph's inputs at the start
 (leafs and sources no node of the graph produces) and its results at the end (nodes
-flagged OUTPUT or read by no other node).
+flagged OUTPUT or read by no other node). A snapshot holds the tensor's elements in
+ggml order (``ne0`` fastest), packed, whatever its strides.
 
     >>> import numpy as np
     >>> from vizalloc.runtime import Context, F32, Graph, ops

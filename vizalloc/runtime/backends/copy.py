@@ -97,7 +97,7 @@ def copy_bytes(src: Storage, src_off: int, dst: Storage, dst_off: int, nbytes: i
         d.set(s.get())  # across devices through the host: slow, like ggml's fallback
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphCopy:
     """``struct ggml_backend_graph_copy``: the copy and what holds it; ``free()`` releases it."""
 
