@@ -26,7 +26,7 @@ again; a placement into a freed buffer is *dangling* from the free on.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -536,9 +536,12 @@ def events_of(trace: Any) -> list[ev.Event]:
     return evs if isinstance(evs, list) else list(evs)
 
 
-def build_model(trace: Any) -> TraceModel:
-    """Build the model of a trace in one pass (a ``Trace``, anything with ``.events``, or events)."""
-    return _Builder(events_of(trace)).run()
+def build_model(trace: Any, *, progress: Callable[[int, int], None] | None = None) -> TraceModel:
+    """Build the model of a trace in one pass (a ``Trace``, anything with ``.events``, or events).
+
+    ``progress(done, total)`` is called every 65536 events when given.
+    """
+    return _Builder(events_of(trace)).run(progress)
 
 
 class _Builder:
@@ -556,13 +559,28 @@ class _Builder:
         self.pending_replans: dict[int, list[ev.Replan]] = {}
         self.i = 0
 
-    def run(self) -> TraceModel:
+    def run(self, progress: Callable[[int, int], None] | None = None) -> TraceModel:
+        m = self.m
+        if progress is not None:
+            # report in slices so the hot loop stays free of the callback
+            total = len(m.events)
+            step = 1 << 16
+            full = m.events
+            for lo in range(0, total, step):
+                self._run(full, lo, min(lo + step, total))
+                progress(min(lo + step, total), total)
+            return m
+        self._run(m.events, 0, len(m.events))
+        return m
+
+    def _run(self, events: list[ev.Event], lo: int, hi: int) -> None:
         m = self.m
         handlers = {cls: getattr(self, "_" + name) for name, cls in ev.KINDS.items() if hasattr(self, "_" + name)}
         seq_index = m.seq_index
         tensors = m.tensors
         get = handlers.get
-        for i, e in enumerate(m.events):
+        for i in range(lo, hi):
+            e = events[i]
             seq_index[e.seq] = i
             cls = type(e)
             if cls is ev.NodeCompute:
@@ -583,7 +601,6 @@ class _Builder:
             if h is not None:
                 self.i = i
                 h(e)
-        return m
 
     # -- helpers ------------------------------------------------------------------
     def _touch(self, tensor_id: int) -> None:

@@ -1,0 +1,26 @@
+"""vizalloc diff."""
+
+from __future__ import annotations
+
+import json
+
+from vizalloc.cli import main
+
+from tests.cli.test_check import traces  # noqa: F401  (the fixture)
+
+
+def test_diff_of_identical_traces_exits_0(traces, capsys):  # noqa: F811
+    assert main(["diff", str(traces["dup"]), str(traces["dup"])]) == 0
+    assert "no differences" in capsys.readouterr().out
+
+
+def test_diff_of_fix_and_no_fix(traces, capsys):  # noqa: F811
+    assert main(["diff", str(traces["dup"]), str(traces["none"]), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    added = {h["kind"] for h in data["hazards_added"]}
+    assert {"stale-overlap", "use-after-reuse"} <= added
+    assert data["peak_buffer_bytes_a"] > data["peak_buffer_bytes_b"]  # the stale run never grows to what gb needs
+    assert any(t["status"] == "changed" for p in data["plans"] for t in p["tensors"])
+    assert main(["diff", str(traces["dup"]), str(traces["none"])]) == 1
+    assert "hazards only in B (added)" in capsys.readouterr().out
+    assert main(["diff", str(traces["dup"]), str(traces["bad"])]) == 2

@@ -1,0 +1,135 @@
+"""vizalloc check: report the hazards in a trace; the exit code says whether there are any.
+
+    vizalloc check run.vztrace                       # sanitizer-style reports, exit 1 on hazards
+    vizalloc check run.vztrace --json                # {"hazards": [...], "counts": {...}}
+    vizalloc check run.vztrace --fail-on stale-overlap,use-after-reuse
+    vizalloc check run.vztrace --fail-on all         # re-plans fail too
+
+Exit codes: 0 no hazard of the ``--fail-on`` kinds (default: every kind but replan),
+1 hazards of those kinds were found, 2 the trace cannot be read or the usage is wrong.
+Hazards of other kinds are still reported. On a terminal, long analyses show progress
+on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vizalloc.errors import UsageError
+
+HELP = "report hazards in a trace; exit 1 if any (for CI)"
+
+DEFAULT_FAIL_ON = "all-but-replan"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
+    parser.add_argument("--json", action="store_true", help="print the hazards as JSON")
+    parser.add_argument("--fail-on", default=DEFAULT_FAIL_ON, metavar="KINDS",
+                        help="comma-separated hazard kinds that make the exit code 1, 'all', or 'none' "
+                             "(default: every kind but replan)")
+    parser.add_argument("--max-reports", type=int, default=50, metavar="N",
+                        help="print at most N reports in text mode (default: 50; counts are always complete)")
+
+
+def parse_kinds(text: str) -> set[Any]:
+    """The hazard kinds named by ``--fail-on``."""
+    from vizalloc.analysis.hazards import HazardKind
+
+    text = text.strip()
+    if text == "all":
+        return set(HazardKind)
+    if text == "none":
+        return set()
+    if text == DEFAULT_FAIL_ON:
+        return set(HazardKind) - {HazardKind.REPLAN}
+    kinds = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            kinds.add(HazardKind(part))
+        except ValueError:
+            raise UsageError(f"unknown hazard kind {part!r} in --fail-on; choose from "
+                             f"{', '.join(k.value for k in HazardKind)}, 'all' or 'none'") from None
+    return kinds
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal; None (no progress) otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
+def load_model(path: str, label: str = "") -> Any:
+    """Load a trace file and build its model (with progress on a terminal)."""
+    from vizalloc.analysis.model import build_model
+    from vizalloc.trace.api import load
+
+    trace = load(path)
+    with progress_bar(f"model {label or path}") as progress:
+        return build_model(trace, progress=progress)
+
+
+def analyse(model: Any, label: str = "") -> list[Any]:
+    from vizalloc.analysis.hazards import find_hazards
+
+    with progress_bar(f"hazards {label}") as progress:
+        return find_hazards(model, progress=progress)
+
+
+def counts(hazards: list[Any]) -> dict[str, int]:
+    from vizalloc.analysis.hazards import HazardKind
+
+    out = {k.value: 0 for k in HazardKind}
+    for h in hazards:
+        out[h.kind.value] += 1
+    return out
+
+
+def execute(args: argparse.Namespace) -> int:
+    fail_on = parse_kinds(args.fail_on)
+    if args.max_reports < 0:
+        raise UsageError(f"--max-reports must be 0 or more, got {args.max_reports}")
+    model = load_model(args.trace)
+    hazards = analyse(model)
+    found = counts(hazards)
+    failing = [h for h in hazards if h.kind in fail_on]
+    if args.json:
+        json.dump({"trace": args.trace, "events": model.n_events, "hazards": [h.to_dict() for h in hazards],
+                   "counts": found, "fail_on": sorted(k.value for k in fail_on), "failed": bool(failing)},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        out = sys.stdout
+        # errors first, then warnings (re-plans); each group in the analysis' order
+        shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
+        for h in shown[:args.max_reports]:
+            out.write(h.report() + "\n\n")
+        if len(hazards) > args.max_reports:
+            out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
+        total = sum(found.values())
+        listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
+        verdict = "FAIL" if failing else "ok"
+        out.write(f"vizalloc check: {model.n_events:,} events, {total} hazard(s)"
+                  f"{': ' + listed if listed else ''} -> {verdict}\n")
+    return 1 if failing else 0

@@ -1,0 +1,100 @@
+"""vizalloc diff: compare two traces: plans (buffer sizes, tensors whose offset or size
+changed, matched by name and position), hazards added or removed, peak buffer bytes.
+
+    vizalloc diff before.vztrace after.vztrace
+    vizalloc diff before.vztrace after.vztrace --json
+
+Exit codes: 0 no difference, 1 differences, 2 a trace cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from vizalloc.cli.check import analyse, load_model
+
+HELP = "compare two traces or two plans"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", metavar="A", help="the first trace file")
+    parser.add_argument("b", metavar="B", help="the second trace file")
+    parser.add_argument("--json", action="store_true", help="print the differences as JSON")
+    parser.add_argument("--max-tensors", type=int, default=20, metavar="N",
+                        help="tensor rows shown per plan in text mode (default: 20)")
+
+
+def _inert(text: str) -> str:
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def to_dict(d: Any) -> dict[str, Any]:
+    return {
+        "plans": [{"plan_a": p.plan_a, "plan_b": p.plan_b, "bytes_a": list(p.bytes_a), "bytes_b": list(p.bytes_b),
+                   "size_delta": p.size_delta,
+                   "tensors": [{"name": t.name, "position": t.position, "status": t.status, "slot_a": t.slot_a,
+                                "offset_a": t.offset_a, "nbytes_a": t.nbytes_a, "slot_b": t.slot_b,
+                                "offset_b": t.offset_b, "nbytes_b": t.nbytes_b} for t in p.tensors]}
+                  for p in d.plans],
+        "unmatched_plans_a": list(d.unmatched_plans_a), "unmatched_plans_b": list(d.unmatched_plans_b),
+        "hazards_added": [h.to_dict() for h in d.hazards_added],
+        "hazards_removed": [h.to_dict() for h in d.hazards_removed],
+        "peak_buffer_bytes_a": d.peak_buffer_bytes_a, "peak_buffer_bytes_b": d.peak_buffer_bytes_b,
+        "identical": d.is_empty,
+    }
+
+
+def _render(d: Any, max_tensors: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    delta = d.peak_buffer_bytes_b - d.peak_buffer_bytes_a
+    console.print(Text(f"peak buffer bytes: {d.peak_buffer_bytes_a:,} -> {d.peak_buffer_bytes_b:,} ({delta:+,})"))
+    for p in d.plans:
+        if p.is_empty:
+            continue
+        t = Table(title=f"plan #{p.plan_a} vs #{p.plan_b}: {sum(p.bytes_a):,} -> {sum(p.bytes_b):,} bytes "
+                        f"({p.size_delta:+,})")
+        for col in ("tensor", "k", "change", "A slot:offset+bytes", "B slot:offset+bytes"):
+            t.add_column(col, justify="left" if col in ("tensor", "change") else "right")
+        for c in p.tensors[:max_tensors]:
+            side_a = "" if c.offset_a < 0 else f"{c.slot_a}:{c.offset_a:,}+{c.nbytes_a:,}"
+            side_b = "" if c.offset_b < 0 else f"{c.slot_b}:{c.offset_b:,}+{c.nbytes_b:,}"
+            t.add_row(Text(_inert(c.name)), str(c.position), c.status, side_a, side_b)
+        if len(p.tensors) > max_tensors:
+            t.add_row(f"... {len(p.tensors) - max_tensors} more", "", "", "", "")
+        console.print(t)
+    if d.unmatched_plans_a or d.unmatched_plans_b:
+        console.print(Text(f"plans only in A: {list(d.unmatched_plans_a)}; only in B: {list(d.unmatched_plans_b)}"))
+    for title, items in (("hazards only in B (added)", d.hazards_added), ("hazards only in A (removed)",
+                                                                           d.hazards_removed)):
+        if not items:
+            continue
+        t = Table(title=title)
+        for col in ("kind", "tensor", "conflicting", "cause"):
+            t.add_column(col)
+        for h in items:
+            t.add_row(h.kind.value, Text(h.tensor.label if h.tensor else ""), Text(h.other.label if h.other else ""),
+                      h.cause)
+        console.print(t)
+    if d.is_empty:
+        console.print("no differences")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from vizalloc.analysis.diff import diff_models
+
+    a = load_model(args.a, "A")
+    b = load_model(args.b, "B")
+    d = diff_models(a, b, hazards_a=analyse(a, "A"), hazards_b=analyse(b, "B"))
+    if args.json:
+        json.dump(to_dict(d), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _render(d, max(0, args.max_tensors))
+    return 0 if d.is_empty else 1
