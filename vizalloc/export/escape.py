@@ -13,8 +13,9 @@ f-string alone. The rules, per target:
   reads backslashes and braces in HTML labels literally.
 * DOT quoted strings (:func:`dot_quoted`, for tooltips): ``\\`` and ``"`` are
   backslash-escaped (Graphviz's escString would otherwise read ``\\N``, ``\\G``, ...),
-  ``&`` becomes ``&amp;`` (Graphviz decodes entities in strings), non-ASCII becomes a
-  numeric reference.
+  ``& < >`` become entities (Graphviz decodes entities in strings), non-ASCII becomes a
+  numeric reference, except characters above U+FFFF, shown as ``\\U`` escapes (Graphviz
+  2.43 mis-encodes their references in quoted strings).
 * XML/SVG text and attributes (:func:`xml_escape`): ``& < > " '`` become entities.
 
     >>> dot_html('<script>"x"</script>')
@@ -94,7 +95,11 @@ def dot_html(text: str, max_chars: int | None = None) -> str:
 
 def _dot_quoted_body(text: str, max_chars: int | None) -> str:
     s = printable(text, max_chars)
-    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+    # Graphviz 2.43 turns numeric references above U+FFFF in quoted strings into invalid
+    # UTF-8 (HTML labels are fine), so those characters are shown as \U escapes instead.
+    s = "".join(f"\\U{ord(ch):08x}" if ord(ch) > 0xFFFF else ch for ch in s)
+    s = (s.replace("\\", "\\\\").replace('"', '\\"').replace("&", "&amp;")
+         .replace("<", "&lt;").replace(">", "&gt;"))
     return _entity_non_ascii(s)
 
 
