@@ -4,6 +4,7 @@
     python samples/shared_tensors.py                 # --fix none: watch the losses drift
     python samples/shared_tensors.py --fix dup       # ggml-opt's deep copy: identical losses
     python samples/shared_tensors.py --fix invalidate --reserve-between
+    python samples/shared_tensors.py --driver opt --presize     # through ggml-opt's OptContext
 
 A small MLP is trained with SGD "ggml style": the forward graph and the backward graph
 share their forward tensors and are allocated in turn through one scheduler. The
@@ -28,13 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", choices=sorted(st.CONFIGS), default="A",
                    help="A: 16->32->4 batch 8 (backward reallocates); B: 64->8->4 batch 32 (default: A)")
     p.add_argument("--reserve-between", action="store_true", help="reserve another graph between the switches")
+    p.add_argument("--driver", choices=st.DRIVERS, default="graphs",
+                   help="graphs: the golden seed loop; opt: through ggml-opt's OptContext (default: graphs)")
+    p.add_argument("--presize", action="store_true", help="reserve the backward graph once before training")
     args = p.parse_args(argv)
     try:
-        r = st.run(args.fix, args.steps, args.seed, args.config, reserve_between=args.reserve_between)
+        r = st.run(args.fix, args.steps, args.seed, args.config, reserve_between=args.reserve_between,
+                   driver=args.driver, presize=args.presize)
     except VizallocError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"fix={r.strategy} config={args.config} steps={r.steps} seed={r.seed}"
+    print(f"fix={r.strategy} driver={r.driver} config={args.config} steps={r.steps} seed={r.seed}"
+          + (" presized" if r.presize else "")
           + (" (another graph reserved between switches)" if r.reserve_between else ""))
     print(f"{'step':>4}  {'loss':>10}  {'reference':>10}  {'|diff|':>9}  {'update |diff|':>13}")
     for rec in r.records:

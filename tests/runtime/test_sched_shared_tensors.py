@@ -114,3 +114,46 @@ def test_result_as_dict():
     d = st.run("dup", steps=2).to_dict()
     assert d["strategy"] == "dup" and len(d["losses"]) == 2 and d["diverged"] is False
     assert {"final_loss", "reference_loss", "max_abs_loss_diff", "steps"} <= d.keys()
+
+
+# -- the same loop through ggml-opt's OptContext --------------------------------------
+
+@pytest.mark.parametrize("strategy", ["invalidate", "clear", "dup", "static"])
+def test_opt_driver_fixes_match_the_reference(strategy):
+    for presize in (False, True):
+        r = st.run(strategy, steps=3, seed=0, driver="opt", presize=presize)
+        assert not r.diverged(), (strategy, presize)
+        assert r.driver == "opt" and len(set(r.losses)) > 1
+
+
+def test_opt_driver_none_is_wrong_once_the_buffer_is_presized():
+    r = st.run("none", steps=3, seed=0, driver="opt", presize=True)
+    assert r.diverged() and r.max_update_diff > 1e-3
+
+
+def test_opt_driver_none_without_presize_is_a_use_after_free_with_right_numbers():
+    """Measured, not assumed: the first switch reallocates the compute buffer, the stale
+    forward tensors keep computing in the freed one, and the numbers happen to be right.
+    The trace still shows the dangling pointers."""
+    api = pytest.importorskip("vizalloc.trace.api")
+    hazards = pytest.importorskip("vizalloc.analysis.hazards")
+    model = pytest.importorskip("vizalloc.analysis.model")
+    holder = {}
+
+    def around():
+        holder["t"] = api.trace(None)
+        return holder["t"]
+
+    r = st.run("none", steps=2, seed=0, driver="opt", around_loop=around)
+    assert not r.diverged()
+    found = {h.kind.value for h in hazards.find_hazards(model.build_model(holder["t"].trace))}
+    assert "dangling" in found and "stale-overlap" in found
+
+
+def test_opt_driver_invalidate_defeated():
+    assert st.run("invalidate", steps=3, seed=0, driver="opt", config="B", reserve_between=True).diverged()
+
+
+def test_bad_driver():
+    with pytest.raises(UsageError, match="driver"):
+        st.run("dup", driver="bogus")

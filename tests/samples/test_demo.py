@@ -72,3 +72,10 @@ def test_reserve_between_defeats_invalidate(capsys):
 def test_bad_usage(argv, msg, capsys):
     assert main(["demo", *argv]) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_opt_driver_presized(capsys):
+    assert main(["demo", "--json", "--no-trace", "--steps", "3", "--driver", "opt", "--presize"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["driver"] == "opt" and out["presize"] is True
+    assert out["strategies"]["none"]["safe"] is False and out["strategies"]["dup"]["safe"] is True

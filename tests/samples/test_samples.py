@@ -75,3 +75,9 @@ def test_transformer_block_tiny(capsys):
 def test_transformer_block_bad_config(capsys):
     assert load("transformer_block").main(["--d-model", "10", "--heads", "4"]) == 2
     assert "multiple" in capsys.readouterr().err
+
+
+def test_shared_tensors_opt_driver(capsys):
+    assert load("shared_tensors").main(["--driver", "opt", "--presize", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "driver=opt" in out and "DIVERGED" in out

@@ -36,9 +36,9 @@ factory, for example a trace), so a trace holds only the strategy's own loop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ContextManager
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ContextManager, Protocol
 
 import numpy as np
 
@@ -52,6 +52,8 @@ from vizalloc.runtime.graph import Graph, dup_graph
 from vizalloc.runtime.tensor import Flag, Tensor, set_input, set_loss, set_output, set_param
 
 STRATEGIES = ("none", "invalidate", "clear", "dup", "static")
+#: how the loop is driven: hand-built graphs (the golden seed loop) or ggml-opt's OptContext
+DRIVERS = ("graphs", "opt")
 #: strategies that keep the numbers right in the plain loop
 SAFE_STRATEGIES = frozenset({"invalidate", "clear", "dup", "static"})
 #: strategies that stay right when another graph is reserved between the switches
@@ -103,7 +105,8 @@ class ScenarioResult:
     final_params_max_abs_diff: float   # vs the reference trajectory's final parameters
     compute_nbytes: int                # the scheduler's compute buffer at the end
     static_nbytes: int                 # extra bytes the static strategy keeps for good (0 otherwise)
-    extra: dict[str, Any] = field(default_factory=dict)
+    driver: str = "graphs"
+    presize: bool = False
 
     @property
     def losses(self) -> list[float]:
@@ -140,6 +143,8 @@ class ScenarioResult:
             "seed": self.seed,
             "config": asdict(self.config),
             "reserve_between": self.reserve_between,
+            "driver": self.driver,
+            "presize": self.presize,
             "final_loss": self.final_loss,
             "reference_loss": self.reference_loss,
             "max_abs_loss_diff": self.max_abs_loss_diff,
@@ -272,14 +277,15 @@ def _max_param_diff(a: Params, b: Params) -> float:
     return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
 
 
-def _new_scheduler(reclaim: bool = False) -> Any:
+def new_scheduler(reclaim: bool = False) -> Any:
+    """A scheduler with one CPU backend (``reclaim``: the 'invalidate' allocator)."""
     from vizalloc.runtime.backends import CPUBackend
     from vizalloc.runtime.sched import Scheduler
 
     return Scheduler([CPUBackend()], reclaim=reclaim)
 
 
-def _scalar(t: Tensor) -> float:
+def scalar(t: Tensor) -> float:
     return float(np.asarray(memory.tensor_get(t)).reshape(-1)[0])
 
 
@@ -297,74 +303,110 @@ def _alloc_shared_static(net: Net, buft: BufferType) -> tuple[Buffer | None, int
     return buf, nbytes
 
 
-def one_step_fresh(cfg: Config, params: Params, batch: Batch) -> tuple[float, Params]:
+class Trainer(Protocol):
+    """One training loop under test: ``step(backward, batch)`` allocates and computes the
+    forward (``backward=False``) or the backward+optimizer graph and returns the loss read
+    after the compute."""
+
+    static_nbytes: int
+
+    def get_params(self) -> Params: ...
+
+    def step(self, backward: bool, batch: Batch) -> float: ...
+
+    def compute_nbytes(self) -> int: ...
+
+
+class GraphsTrainer:
+    """The golden ``seed_*`` loop: hand-built ``gf`` and ``gb`` through one Scheduler."""
+
+    def __init__(self, strategy: str, cfg: Config, init: Params, reserve_between: bool = False,
+                 presize: bool = False) -> None:
+        from vizalloc.runtime.backends import CPUBackend
+
+        self.strategy = strategy
+        buft = CPUBackend().buffer_type
+        self.net = Net(cfg, init, buft)
+        self.sched = new_scheduler(reclaim=(strategy == "invalidate"))
+        self.static_nbytes = _alloc_shared_static(self.net, buft)[1] if strategy == "static" else 0
+        self.other: Graph | None = None
+        if reserve_between:
+            # a different graph (a worst-case "measure" forward pass, twice the batch) that the
+            # program reserves between the switches, as one sizing a buffer would
+            ctx_measure = Context(name="measure")
+            _, _, measure_loss = self.net.build_forward(ctx_measure, 2 * cfg.batch)
+            self.other = Graph(grads=True)
+            self.other.build_forward_expand(measure_loss)
+        self.copy_ctx: Context | None = None
+        if presize:
+            self.sched.reserve(self.net.gb)  # size the compute buffer for the largest graph first
+
+    def get_params(self) -> Params:
+        return self.net.get_params()
+
+    def compute_nbytes(self) -> int:
+        return int(self.sched.buffer_size(0))
+
+    def step(self, backward: bool, batch: Batch) -> float:
+        net, sched = self.net, self.sched
+        graph = net.gb if backward else net.gf
+        sched.reset()
+        if self.other is not None:
+            sched.reserve(self.other)
+        if self.strategy == "clear":
+            for t in net.ctx.tensors():
+                memory.clear_tensor_pointers(t, by="clear")
+        mapping: dict[int, Tensor] = {}
+        g = graph
+        if self.strategy == "dup":
+            if self.copy_ctx is not None:
+                self.copy_ctx.free()
+            self.copy_ctx = Context(name="copy", max_tensors=graph.size + 1)
+            g = dup_graph(self.copy_ctx, graph)
+            mapping = {o.id: c for o, c in zip(graph.leafs, g.leafs)}
+            mapping.update({o.id: c for o, c in zip(graph.nodes, g.nodes)})
+        if not sched.alloc_graph(g):
+            raise AllocationError(f"strategy {self.strategy!r}: the scheduler could not allocate graph #{g.id}")
+        memory.tensor_set(mapping.get(net.x.id, net.x), batch[0])
+        memory.tensor_set(mapping.get(net.labels.id, net.labels), batch[1])
+        sched.graph_compute(g)
+        return scalar(mapping.get(net.loss.id, net.loss))
+
+
+def one_step_fresh(cfg: Config, params: Params, batch: Batch, driver: str = "graphs") -> tuple[float, Params]:
     """The reference for one step: brand-new contexts and scheduler, one alloc, one compute
     of the backward graph. Returns the loss and the parameters after the SGD step."""
+    if driver == "opt":
+        from vizalloc.scenarios.shared_tensors_opt import OptTrainer
+
+        trainer = OptTrainer("dup", cfg, params)
+        try:
+            loss = trainer.step(True, batch)
+            return loss, trainer.get_params()
+        finally:
+            trainer.free()
     from vizalloc.runtime.backends import CPUBackend
 
     net = Net(cfg, params, CPUBackend().buffer_type, name="ref_")
     try:
-        sched = _new_scheduler()
+        sched = new_scheduler()
         if not sched.alloc_graph(net.gb):
             raise AllocationError("reference step: the fresh scheduler could not allocate the backward graph")
         memory.tensor_set(net.x, batch[0])
         memory.tensor_set(net.labels, batch[1])
         sched.graph_compute(net.gb)
-        return _scalar(net.loss), net.get_params()
+        return scalar(net.loss), net.get_params()
     finally:
         net.free()
 
 
-def _train(strategy: str, cfg: Config, init: Params, batches: Sequence[Batch], reserve_between: bool,
-           ) -> tuple[list[float], list[float], list[Params], list[Params], int, int]:
-    """The loop under test. Returns losses, losses after backward, parameters before and
-    after each step, the compute buffer's size and the static strategy's extra bytes."""
-    from vizalloc.runtime.backends import CPUBackend
+def _make_trainer(driver: str, strategy: str, cfg: Config, init: Params, reserve_between: bool,
+                  presize: bool) -> Trainer:
+    if driver == "opt":
+        from vizalloc.scenarios.shared_tensors_opt import OptTrainer
 
-    backend = CPUBackend()
-    net = Net(cfg, init, backend.buffer_type)
-    sched = _new_scheduler(reclaim=(strategy == "invalidate"))
-    static_nbytes = 0
-    if strategy == "static":
-        _, static_nbytes = _alloc_shared_static(net, backend.buffer_type)
-    other: Graph | None = None
-    if reserve_between:
-        # a different graph (a worst-case "measure" forward pass, twice the batch) that the
-        # program reserves between the switches, as one sizing a buffer would
-        ctx_measure = Context(name="measure")
-        _, _, measure_loss = net.build_forward(ctx_measure, 2 * cfg.batch)
-        other = Graph(grads=True)
-        other.build_forward_expand(measure_loss)
-    copy_ctx: Context | None = None
-    losses, losses_bwd, before, after = [], [], [], []
-    for xb, yb in batches:
-        before.append(net.get_params())
-        for graph in (net.gf, net.gb):
-            sched.reset()
-            if other is not None:
-                sched.reserve(other)
-            if strategy == "clear":
-                for t in net.ctx.tensors():
-                    memory.clear_tensor_pointers(t, by="clear")
-            if strategy == "dup":
-                if copy_ctx is not None:
-                    copy_ctx.free()
-                copy_ctx = Context(name="copy", max_tensors=graph.size + 1)
-                g = dup_graph(copy_ctx, graph)
-                mapping = {o.id: c for o, c in zip(graph.leafs, g.leafs)}
-                mapping.update({o.id: c for o, c in zip(graph.nodes, g.nodes)})
-            else:
-                g = graph
-                mapping = {}
-            if not sched.alloc_graph(g):
-                raise AllocationError(f"strategy {strategy!r}: the scheduler could not allocate graph #{g.id}")
-            memory.tensor_set(mapping.get(net.x.id, net.x), xb)
-            memory.tensor_set(mapping.get(net.labels.id, net.labels), yb)
-            sched.graph_compute(g)
-            loss = _scalar(mapping.get(net.loss.id, net.loss))
-            (losses if graph is net.gf else losses_bwd).append(loss)
-        after.append(net.get_params())
-    return losses, losses_bwd, before, after, sched.buffer_size(0), static_nbytes
+        return OptTrainer(strategy, cfg, init, reserve_between, presize)
+    return GraphsTrainer(strategy, cfg, init, reserve_between, presize)
 
 
 def run(
@@ -374,6 +416,8 @@ def run(
     config: Config | str = "A",
     *,
     reserve_between: bool = False,
+    driver: str = "graphs",
+    presize: bool = False,
     around_loop: Callable[[], ContextManager[Any]] | None = None,
 ) -> ScenarioResult:
     """Train ``steps`` steps with ``strategy`` and measure the distance to the reference.
@@ -385,11 +429,18 @@ def run(
         config: ``"A"``, ``"B"`` or a ``Config``.
         reserve_between: reserve another graph between the switches (the counter-example
             that defeats ``invalidate``).
+        driver: ``"graphs"`` (the golden seed loop, graphs built here) or ``"opt"`` (the
+            same MLP through ``vizalloc.runtime.opt.OptContext(fix=strategy)``, SGD).
+        presize: reserve the backward graph once before the loop, as programs that size
+            their compute buffer for the worst case do. Then no graph switch reallocates
+            the buffer, and stale tensors alias live memory instead of freed memory.
         around_loop: a context manager factory wrapped around the strategy's loop only
             (for example ``lambda: vizalloc.trace.api.trace(path)``).
     """
     if strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if driver not in DRIVERS:
+        raise UsageError(f"unknown driver {driver!r}; choose one of {', '.join(DRIVERS)}")
     if steps < 1:
         raise UsageError(f"steps must be at least 1, got {steps}")
     if isinstance(config, str):
@@ -402,23 +453,28 @@ def run(
     init = init_params(cfg, rng)
     batches = make_batches(cfg, steps, rng)
 
+    losses, losses_bwd, before, after = [], [], [], []
     with (around_loop() if around_loop is not None else contextlib.nullcontext()):
-        losses, losses_bwd, before, after, compute_nbytes, static_nbytes = _train(
-            strategy, cfg, init, batches, reserve_between
-        )
+        trainer = _make_trainer(driver, strategy, cfg, init, reserve_between, presize)
+        for batch in batches:
+            before.append(trainer.get_params())
+            losses.append(trainer.step(False, batch))
+            losses_bwd.append(trainer.step(True, batch))
+            after.append(trainer.get_params())
+        compute_nbytes = trainer.compute_nbytes()
 
     # the reference trajectory, then the per-step update check (fresh schedulers throughout)
     ref_params = init
     ref_losses = []
     for batch in batches:
-        loss, ref_params = one_step_fresh(cfg, ref_params, batch)
+        loss, ref_params = one_step_fresh(cfg, ref_params, batch, driver)
         ref_losses.append(loss)
     records = []
     for i, batch in enumerate(batches):
-        _, expected = one_step_fresh(cfg, before[i], batch)
+        _, expected = one_step_fresh(cfg, before[i], batch, driver)
         records.append(StepRecord(i, losses[i], ref_losses[i], losses_bwd[i], _max_param_diff(after[i], expected)))
     return ScenarioResult(
         strategy=strategy, steps=steps, seed=seed, config=cfg, reserve_between=reserve_between,
         records=tuple(records), final_params_max_abs_diff=_max_param_diff(after[-1], ref_params),
-        compute_nbytes=compute_nbytes, static_nbytes=static_nbytes,
+        compute_nbytes=compute_nbytes, static_nbytes=trainer.static_nbytes, driver=driver, presize=presize,
     )
