@@ -185,7 +185,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
             value = 0 if seq >= b.freed_seq else cover.covered
             out.append({"name": counter_name, "ph": "C", "ts": _us(t_of[seq], t0), "pid": pid,
                         "args": {"bytes": value}})
-        if b.freed_seq != NEVER:
+        if b.freed_seq != NEVER and not any(seq == b.freed_seq for seq, _, _, _ in changes):
             out.append({"name": counter_name, "ph": "C", "ts": _us(t_of[b.freed_seq], t0), "pid": pid,
                         "args": {"bytes": 0}})
 
