@@ -20,3 +20,11 @@ __all__ = [
 from vizalloc.runtime import kernels, ops  # noqa: E402
 
 __all__ += ["kernels", "ops"]
+
+# backward graphs and the optimizer (training engineer)
+from vizalloc.runtime import backward, opt  # noqa: E402
+from vizalloc.runtime.backward import (  # noqa: E402
+    build_backward_expand, graph_get_grad, graph_get_grad_acc, graph_reset,
+)
+
+__all__ += ["backward", "build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset", "opt"]
