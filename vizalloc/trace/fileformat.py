@@ -162,7 +162,7 @@ class TraceFileReader:
         if head[: len(MAGIC)] != MAGIC[: len(head)] or not head:
             raise TraceFormatError(f"{name}: not a vizalloc trace (no 'VZTRACE' magic at byte 0)")
         if len(head) < _HEAD.size:
-            raise TraceFormatError(f"{name}: the file ends inside its header (byte {len(head)}); nothing to load")
+            raise TraceFormatError(f"{name}: the file ends inside its header at byte {len(head)}; nothing to load")
         _, version, flags, json_len = _HEAD.unpack(head)
         if version != FORMAT_VERSION:
             raise TraceFormatError(
@@ -173,8 +173,10 @@ class TraceFileReader:
         crc = _read_exact(file, _CRC.size)
         end = _HEAD.size + json_len + _CRC.size
         if len(body) < json_len or len(crc) < _CRC.size:
-            raise TraceFormatError(f"{name}: the file ends inside its header (byte {_HEAD.size + len(body) + len(crc)} "
-                                   f"of {end}); nothing to load")
+            raise TraceFormatError(
+                f"{name}: the header at byte 0 is cut short or its length field (byte 12) is damaged: it declares "
+                f"{end} bytes, the file ends at byte {_HEAD.size + len(body) + len(crc)}; nothing to load"
+            )
         if _CRC.unpack(crc)[0] != zlib.crc32(head + body):
             raise TraceFormatError(f"{name}: header checksum mismatch (bytes 0..{end}): the file is corrupt")
         try:

@@ -1,0 +1,137 @@
+"""Every field of every event kind survives a trip through a trace file, exactly."""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vizalloc.errors import TraceFormatError
+from vizalloc.trace import events as ev
+from vizalloc.trace.fileformat import TraceFileReader, TraceFileWriter, read_trace
+from vizalloc.trace.schema import SCHEMA, fast_constructor
+from vizalloc.trace.value import Trace, TraceHeader
+
+from tests.trace.strategies import ANY_EVENT, event_of
+
+HEADER = TraceHeader.new(argv=("prog", "--flag"))
+
+
+def _roundtrip(events: list[ev.Event], chunk: int = 1000, level: int | None = 6) -> Trace:
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER, compress_level=level)
+    for i in range(0, len(events), chunk):
+        w.write_events(events[i:i + chunk])
+    w.close()
+    return read_trace(io.BytesIO(buf.getvalue()))
+
+
+@pytest.mark.parametrize("cls", list(SCHEMA), ids=lambda c: c.__name__)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_kind_round_trips(cls: type[ev.Event], data: st.DataObject) -> None:
+    events = data.draw(st.lists(event_of(cls), min_size=1, max_size=6))
+    chunk = data.draw(st.integers(1, 6))
+    loaded = _roundtrip(events, chunk)
+    assert loaded.events == tuple(events)
+    assert loaded.header == HEADER
+    # same types too (enum members stay enum members, tuples stay tuples, bool stays bool)
+    for a, b in zip(loaded.events, events):
+        for name in ("loc", *SCHEMA[cls].fields):
+            assert type(getattr(a, name)) is type(getattr(b, name)) or isinstance(getattr(b, name), int), name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(ANY_EVENT, max_size=40), chunk=st.integers(1, 17), compress=st.booleans())
+def test_mixed_kinds_keep_their_order(events: list[ev.Event], chunk: int, compress: bool) -> None:
+    loaded = _roundtrip(events, chunk, 6 if compress else None)
+    assert loaded.events == tuple(events)
+
+
+def test_float_bits_and_special_values_survive() -> None:
+    params = (0.1, -0.0, math.inf, -math.inf, 5e-324, 1.7976931348623157e308, 3, "x", True, None)
+    e = ev.TensorCreated(1, 2, None, 3, 0, "t", "f32", (4, 1, 1, 1), (4, 16, 16, 16), "SCALE", params,
+                         (), -1, 0, 0, -1)
+    back = _roundtrip([e]).events[0].op_params
+    assert [struct.pack("<d", v) if isinstance(v, float) else v for v in back] == \
+        [struct.pack("<d", v) if isinstance(v, float) else v for v in params]
+    assert [type(v) for v in back] == [type(v) for v in params]
+    nan = ev.TensorCreated(1, 2, None, 3, 0, "t", "f32", (1,), (4,), "X", (math.nan,), (), -1, 0, 0, -1)
+    assert math.isnan(_roundtrip([nan]).events[0].op_params[0])
+
+
+def test_value_snapshot_bytes_are_stored_raw_outside_compression() -> None:
+    payload = bytes(range(256)) * 64  # 16 KiB that zlib would shrink
+    e = ev.ValueSnapshot(1, 2, None, 7, 3, "end", "f32", (4096, 1, 1, 1), payload)
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER)
+    w.write_events([e])
+    w.close()
+    assert payload in buf.getvalue()
+    assert read_trace(io.BytesIO(buf.getvalue())).events == (e,)
+
+
+def test_strings_and_locations_are_interned_across_chunks() -> None:
+    loc = ev.Location("/a/very/long/path/to/the/users/training/script.py", 12, "train_step")
+    name = "blk.0.attn_norm.weight-" + "x" * 40
+    events = [ev.TensorNamed(i, i, loc, i, name) for i in range(1, 2001)]
+    one_chunk = io.BytesIO()
+    w = TraceFileWriter(one_chunk, HEADER)
+    for i in range(0, len(events), 10):
+        w.write_events(events[i:i + 10])
+    w.close()
+    # 200 chunks, yet the long strings appear once
+    assert one_chunk.getvalue().count(b"train_step") <= 1
+    assert read_trace(io.BytesIO(one_chunk.getvalue())).events == tuple(events)
+
+
+def test_batches_stream_the_same_events() -> None:
+    events = [ev.Marker(i, i * 10, None, f"m{i % 7}") for i in range(1, 5001)]
+    events += [ev.ContextFreed(i, i, None, i) for i in range(5001, 6001)]
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER)
+    for i in range(0, len(events), 300):
+        w.write_events(events[i:i + 300])
+    w.close()
+    reader = TraceFileReader(io.BytesIO(buf.getvalue()))
+    batches = list(reader.batches(max_events=1000))
+    assert len(batches) > 3
+    assert [e for b in batches for e in b] == events
+    assert reader.complete
+
+
+def test_fast_constructor_matches_the_dataclass() -> None:
+    for cls, schema in SCHEMA.items():
+        args = [1, 2, None] + [0] * len(schema.fields)
+        assert schema.new(*args) == cls(*args)
+        assert type(schema.new(*args)) is cls
+        with pytest.raises(TypeError):
+            schema.new(*args, 5)
+    assert not any(hasattr(cls, "__post_init__") for cls in SCHEMA)
+
+
+def test_fast_constructor_refuses_post_init() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, slots=True)
+    class Checked(ev.Event):
+        x: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        fast_constructor(Checked)
+
+
+def test_unstorable_values_raise_trace_format_error() -> None:
+    w = TraceFileWriter(io.BytesIO(), HEADER)
+    with pytest.raises(TraceFormatError, match="TensorNamed"):
+        w.write_events([ev.TensorNamed(1, 2, None, 3, None)])  # type: ignore[arg-type]
+    w = TraceFileWriter(io.BytesIO(), HEADER)
+    with pytest.raises(TraceFormatError, match="64-bit"):
+        w.write_events([ev.ContextFreed(1, 2, None, 1 << 70)])
