@@ -28,3 +28,8 @@ from vizalloc.runtime.backward import (  # noqa: E402
 )
 
 __all__ += ["backward", "build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset", "opt"]
+
+# the backend scheduler (scheduler engineer)
+from vizalloc.runtime.sched import Scheduler  # noqa: E402
+
+__all__ += ["Scheduler"]
