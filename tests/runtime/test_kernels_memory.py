@@ -158,3 +158,31 @@ def test_empty_ops_touch_nothing() -> None:
     for v in views:
         compute_forward(v)
     assert (buf.mem == before).all()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("slot", [0, 1])
+def test_in_place_placement_on_either_source_keeps_the_math(slot: int) -> None:
+    """The graph allocator may put an in-place-capable node on src0 or src1 (same layout);
+    the kernels must still compute the right values."""
+    rng = np.random.default_rng(slot)
+    dyv = rng.standard_normal((3, 5)).astype(np.float32)
+    yv = rng.uniform(0, 1, (3, 5)).astype(np.float32)
+    want = {}
+    for placed in (False, True):
+        ctx = Context()
+        dy = ctx.new_tensor_2d(F32, 5, 3, name="dy")
+        y = ctx.new_tensor_2d(F32, 5, 3, name="y")
+        outs = [ops.soft_max_ext_back(ctx, dy, y, 0.5, 0.0), ops.silu_back(ctx, dy, y),
+                ops.rms_norm_back(ctx, dy, y, 1e-6), ops.mul(ctx, dy, y), ops.div(ctx, dy, y)]
+        buf = BufferType("CPU").alloc_buffer(64 * 8)
+        tensor_alloc(buf, dy, buf.base)
+        tensor_alloc(buf, y, buf.base + 64)
+        for k, o in enumerate(outs):
+            target = (dy, y)[slot] if placed else None
+            tensor_alloc(buf, o, target.data if target is not None else buf.base + 128 + 64 * k)  # type: ignore
+        for k, o in enumerate(outs):
+            tensor_set(dy, dyv)
+            tensor_set(y, yv)
+            compute_forward(o)
+            want.setdefault(k, tensor_get(o))
+            np.testing.assert_allclose(tensor_get(o), want[k], rtol=1e-6, err_msg=f"{o.op.name} on src{slot}")

@@ -153,16 +153,19 @@ def _tile_to(xp: Any, small: Any, shape: tuple[int, ...]) -> Any:
 
 @register(Op.SOFT_MAX_BACK, lambda t: src_types(t, _F32, _F32))
 def _soft_max_back(t: Tensor) -> None:
-    # src0 = dy, src1 = y (soft_max's output): dx = (dy - dot(y, dy)) * y * scale
+    # src0 = dy, src1 = y (soft_max's output): dx = (dy - dot(y, dy)) * y * scale.
+    # The allocator may place dx on dy or on y (SOFT_MAX_BACK can run in place), so the
+    # result is formed in a temporary and written once; ggml's row loop would overwrite
+    # y before reading it when dx sits on y.
     xp = xp_of(t)
     dy, y = arr(t.src[0]), arr(t.src[1])  # type: ignore[arg-type]
     scale = float(t.op_params[0])
     dot = (y * dy).sum(axis=-1, keepdims=True)
-    d = arr(t)
-    xp.subtract(dy, dot, out=d)
-    xp.multiply(d, y, out=d)
+    r = dy - dot
+    r *= y
     if scale != 1.0:
-        xp.multiply(d, np.float32(scale), out=d)
+        r *= np.float32(scale)
+    arr(t)[...] = r
 
 
 # -- masks and norms ------------------------------------------------------------------------------------
