@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from vizalloc.runtime import Context, F32, ops, set_param
+from vizalloc.runtime import Context, F32, Graph, ops, set_param
 from vizalloc.runtime.backends import CPUBackend
 from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
 from vizalloc.runtime.opt import (
@@ -294,3 +294,117 @@ def test_fix_static_keeps_shared_tensors_out_of_the_scheduler() -> None:
     planned = [t for t in opt.gb_opt.nodes if t.ctx is opt.ctx_compute and t.view_src is None  # type: ignore[union-attr]
                and t.buffer is not opt.buf_shared]
     assert planned and all(t.buffer is not None and t.buffer.usage.value == "compute" for t in planned)
+
+
+# -- dynamic graphs (ggml_opt_prepare_alloc) -------------------------------------------------
+
+def _dynamic_steps(s: Setup) -> list[tuple[bool, int]]:
+    """(backward, batch index) for each step: one forward-only batch in every three."""
+    return [(i % 3 != 2, i % (s.ndata // s.batch)) for i in range(7)]
+
+
+def train_dynamic_vizalloc(s: Setup) -> tuple[list[float], list[np.ndarray]]:
+    data, labels, init = _data(s)
+    cs = Context(name="static")
+    w1 = cs.new_tensor_2d(F32, s.n_in, s.n_hidden, name="w1")
+    b1 = cs.new_tensor_1d(F32, s.n_hidden, name="b1")
+    w2 = cs.new_tensor_2d(F32, s.n_hidden, s.n_out, name="w2")
+    params = [w1, b1, w2]
+    for p in params:
+        set_param(p)
+    alloc_ctx_tensors(cs, CPUBackend().buffer_type)
+    for p, v in zip(params, init):
+        tensor_set(p, v)
+    op = default_params(Scheduler([CPUBackend()]), s.loss_type)
+    op.get_opt_pars, op.get_opt_pars_ud = constant_optimizer_params, _opt_pars(s.optimizer)
+    opt = OptContext(op)
+    assert not opt.static_graphs
+    losses = []
+    for backward, ib in _dynamic_steps(s):
+        cc = Context(name="compute")
+        x = cc.new_tensor_2d(F32, s.n_in, s.batch, name="x")
+        out = ops.mul_mat(cc, w2, ops.unary(cc, ops.add(cc, ops.mul_mat(cc, w1, x), b1), UnaryOp.SILU))
+        gf = Graph(grads=True)
+        gf.build_forward_expand(out)
+        opt.prepare_alloc(cc, gf, x, out)
+        opt.alloc(backward)
+        tensor_set(x, data[ib * s.batch:(ib + 1) * s.batch])
+        assert opt.labels is not None
+        tensor_set(opt.labels, labels[ib * s.batch:(ib + 1) * s.batch])
+        r = OptResult()
+        opt.eval(r)
+        losses.append(r.loss()[0])
+        assert opt.gf is None and opt.allocated_graph is None  # dynamic mode forgets its graphs
+        cc.free()
+    return losses, [tensor_get(p) for p in params]
+
+
+def train_dynamic_ggml(s: Setup) -> tuple[list[float], list[np.ndarray]]:
+    ggml = pytest.importorskip("ggml", reason="ggml-python 0.0.45 is the oracle for ggml-opt")
+    data, labels, init = _data(s)
+    backend = ggml.ggml_backend_cpu_init()
+    arr = (ggml.ggml_backend_t_ctypes * 1)(backend)
+    sched = ggml.ggml_backend_sched_new(arr, None, 1, 2048, False, True)
+    ip = ggml.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
+    cs = ggml.ggml_init(ip)
+    w1 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden)
+    b1 = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden)
+    w2 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out)
+    params = [w1, b1, w2]
+    for p in params:
+        ggml.ggml_set_param(p)
+    buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
+    for p, v in zip(params, init):
+        ggml.ggml_backend_tensor_set(p, v.ctypes.data_as(ctypes.c_void_p), 0, v.nbytes)
+    op = ggml.ggml_opt_default_params(sched, ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
+    pars = _opt_pars(s.optimizer)
+    cpars = ggml.ggml_opt_optimizer_params()
+    cpars.adamw.alpha, cpars.adamw.beta1, cpars.adamw.beta2 = pars.adamw.alpha, pars.adamw.beta1, pars.adamw.beta2
+    cpars.adamw.eps, cpars.adamw.wd = pars.adamw.eps, pars.adamw.wd
+    cpars.sgd.alpha, cpars.sgd.wd = pars.sgd.alpha, pars.sgd.wd
+    c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
+    op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
+    op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
+    octx = ggml.ggml_opt_init(op)
+    losses = []
+    for backward, ib in _dynamic_steps(s):
+        cc = ggml.ggml_init(ggml.ggml_init_params(mem_size=1 << 22, mem_buffer=None, no_alloc=True))
+        x = ggml.ggml_new_tensor_2d(cc, ggml.GGML_TYPE_F32, s.n_in, s.batch)
+        out = ggml.ggml_mul_mat(cc, w2, ggml.ggml_silu(cc, ggml.ggml_add(cc, ggml.ggml_mul_mat(cc, w1, x), b1)))
+        gf = ggml.ggml_new_graph_custom(cc, 2048, True)
+        ggml.ggml_build_forward_expand(gf, out)
+        ggml.ggml_opt_prepare_alloc(octx, cc, gf, x, out)
+        ggml.ggml_opt_alloc(octx, backward)
+        xb = np.ascontiguousarray(data[ib * s.batch:(ib + 1) * s.batch])
+        lb = np.ascontiguousarray(labels[ib * s.batch:(ib + 1) * s.batch])
+        ggml.ggml_backend_tensor_set(x, xb.ctypes.data_as(ctypes.c_void_p), 0, xb.nbytes)
+        ggml.ggml_backend_tensor_set(ggml.ggml_opt_labels(octx), lb.ctypes.data_as(ctypes.c_void_p), 0, lb.nbytes)
+        r = ggml.ggml_opt_result_init()
+        ggml.ggml_opt_eval(octx, r)
+        lv, lu = ctypes.c_double(), ctypes.c_double()
+        ggml.ggml_opt_result_loss(r, ctypes.byref(lv), ctypes.byref(lu))
+        losses.append(lv.value)
+        ggml.ggml_opt_result_free(r)
+        ggml.ggml_free(cc)
+    weights = []
+    for p, v in zip(params, init):
+        got = np.zeros_like(v)
+        ggml.ggml_backend_tensor_get(p, got.ctypes.data_as(ctypes.c_void_p), 0, got.nbytes)
+        weights.append(got)
+    ggml.ggml_opt_free(octx)
+    ggml.ggml_backend_buffer_free(buf)
+    ggml.ggml_free(cs)
+    ggml.ggml_backend_sched_free(sched)
+    ggml.ggml_backend_free(backend)
+    return losses, weights
+
+
+@pytest.mark.parametrize("optimizer", [OptimizerType.ADAMW, OptimizerType.SGD], ids=lambda o: o.value)
+def test_dynamic_graphs_match_ggml_opt(optimizer: OptimizerType) -> None:
+    """Fresh graphs handed over with prepare_alloc before every step, forward and backward mixed."""
+    s = Setup(optimizer=optimizer)
+    ref_losses, ref_weights = train_dynamic_ggml(s)
+    losses, weights = train_dynamic_vizalloc(s)
+    np.testing.assert_allclose(losses, ref_losses, rtol=2e-5, atol=1e-6)
+    for mine, theirs in zip(weights, ref_weights):
+        np.testing.assert_allclose(mine, theirs, rtol=2e-5, atol=1e-6)
