@@ -4,6 +4,7 @@
     python samples/transformer_block.py
     python samples/transformer_block.py --sim-ops MUL_MAT --tokens 16
     python samples/transformer_block.py --parallel      # 4 copies of every split input
+    python samples/transformer_block.py --device cuda   # a real GPU (cupy) instead of SIM
 
 The weights live on the simulated device SIM, which runs only the ops given; the rest
 falls back to the CPU. Prints the splits, the input copies the scheduler made
@@ -30,11 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sim-ops", default=",".join(tb.DEFAULT_SIM_OPS),
                    help=f"ops the simulated device runs (default: {','.join(tb.DEFAULT_SIM_OPS)})")
     p.add_argument("--parallel", action="store_true", help="pipeline parallelism (n_copies = 4)")
+    p.add_argument("--device", choices=("sim", "cuda"), default="sim",
+                   help="sim: the simulated device; cuda: CudaBackend(0), needs cupy and a GPU (default: sim)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default: 0)")
     args = p.parse_args(argv)
     try:
         cfg = tb.BlockConfig(args.d_model, args.heads, args.ff, args.tokens)
-        r = tb.run(cfg, args.seed, [s.strip() for s in args.sim_ops.split(",") if s.strip()], parallel=args.parallel)
+        r = tb.run(cfg, args.seed, [s.strip() for s in args.sim_ops.split(",") if s.strip()], parallel=args.parallel,
+                   device=args.device)
     except (VizallocError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {c.name:<40} {c.nbytes:>6} B  (of {c.source} -> {c.backend})")
     sizes = ", ".join(f"{k} {v} B" for k, v in r.buffer_nbytes.items())
     print(f"compute buffers: {sizes}; the same layer on the CPU alone: {r.cpu_only_buffer_nbytes} B; "
-          f"weights on SIM: {r.weights_nbytes} B")
+          f"weights on the device: {r.weights_nbytes} B")
     print(f"max |diff| vs CPU-only run: {r.max_abs_diff_cpu:.3g}; vs numpy: {r.max_abs_diff_numpy:.3g}")
     return 0
 

@@ -193,18 +193,21 @@ def run(
     sim_ops: Iterable[str] = DEFAULT_SIM_OPS,
     *,
     parallel: bool = False,
+    device: str = "sim",
     around_run: Callable[[], ContextManager[Any]] | None = None,
 ) -> BlockResult:
-    """Run the layer on [SIM, CPU] and on [CPU] alone; report splits, copies and results.
+    """Run the layer on [device, CPU] and on [CPU] alone; report splits, copies and results.
 
     Args:
         config: layer sizes.
         seed: seeds weights and input.
         sim_ops: op names the simulated device runs.
         parallel: pipeline parallelism (4 copies of every split input).
-        around_run: context manager factory around the SIM+CPU run only (a trace, say).
+        device: ``"sim"`` (the simulated device) or ``"cuda"`` (``CudaBackend(0)``, cupy;
+            it runs every op, so ``sim_ops`` is ignored).
+        around_run: context manager factory around the device+CPU run only (a trace, say).
     """
-    from vizalloc.runtime.backends import CPUBackend, SimBackend
+    from vizalloc.runtime.backends import CPUBackend, CudaBackend, SimBackend
 
     cfg = config or BlockConfig()
     rng = np.random.default_rng(seed)
@@ -212,9 +215,14 @@ def run(
     x_val = rng.standard_normal((cfg.n_tokens, cfg.d_model)).astype(np.float32)
     mask_val = causal_mask(cfg.n_tokens)
 
-    sim = SimBackend("SIM", supported_ops=list(sim_ops))
+    if device == "sim":
+        dev: Any = SimBackend("SIM", supported_ops=list(sim_ops))
+    elif device == "cuda":
+        dev = CudaBackend(0)
+    else:
+        raise UsageError(f"unknown device {device!r}; choose sim or cuda")
     with (around_run() if around_run is not None else contextlib.nullcontext()):
-        sched, g, out, wbuf = _run_on([sim, CPUBackend()], weights, x_val, mask_val, cfg, parallel)
+        sched, g, out, wbuf = _run_on([dev, CPUBackend()], weights, x_val, mask_val, cfg, parallel)
         output = memory.tensor_get(out)
     splits = tuple(
         SplitInfo(i, sched.backends[sp.backend_id].name,
