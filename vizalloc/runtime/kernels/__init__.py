@@ -3,7 +3,14 @@
 ``compute_forward(t)`` runs node ``t`` on the memory behind it (``t.storage.xp`` is
 numpy, or cupy for CUDA buffers); arrays are strided views of the real buffers, so views,
 in-place ops and aliasing behave as in ggml. View ops and op NONE do nothing, as in
-ggml's backends. ``has_kernel(t)`` says whether ``t``'s op and types can be computed.
+ggml's backends. ``has_kernel(t)`` says whether ``t``'s op and types can be computed
+(the type rules of ggml's CPU backend: soft_max, norms, losses, optimizer steps, acc,
+mean, argmax are f32-only; count_equal i32-only).
+
+Known differences from ggml's CPU backend: count_equal writes an i32 count (ggml: i64);
+SOFT_MAX_BACK placed in place on its ``y`` source still gives the mathematical result
+(ggml's row loop would read an overwritten ``y``); f32 sums use numpy's pairwise order,
+so the last bits of reductions may differ from ggml's sequential sums.
 
     >>> import numpy as np
     >>> from vizalloc.runtime import Context, F32, ops

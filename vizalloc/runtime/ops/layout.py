@@ -13,7 +13,7 @@ from __future__ import annotations
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.ops._common import (
-    MAX_DIMS, alive, are_same_shape, can_repeat, dup_or_view, fail, fmt_name, is_contiguous, is_empty,
+    MAX_DIMS, alive, can_repeat, dup_or_view, fail, fmt_name, is_contiguous, is_empty,
     is_matrix, is_vector, nelements, new_result, view_result,
 )
 from vizalloc.runtime.tensor import Op, Tensor, contiguous_strides
