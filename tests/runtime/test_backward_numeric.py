@@ -142,7 +142,9 @@ CASES: dict[str, Callable[[Case], Tensor]] = {
     "get_rows": lambda c: ops.get_rows(c.ctx, c.param(4, 6), c.const(5, values=[1, 3, 3, 0, 5], dtype=I32)),
     "diag_mask_zero": lambda c: ops.diag_mask_zero(c.ctx, c.param(4, 4), 1),
     "soft_max": lambda c: ops.soft_max(c.ctx, c.param(5, 3)),
-    "soft_max_ext_masked": lambda c: ops.soft_max_ext(c.ctx, ops.diag_mask_inf(c.ctx, c.param(4, 4), 0), None, 0.7, 0.0),
+    "soft_max_ext_masked": lambda c: ops.soft_max_ext(
+        c.ctx, ops.diag_mask_inf(c.ctx, c.param(4, 4), 0), None, 0.7, 0.0
+    ),
     "cross_entropy_loss": lambda c: ops.cross_entropy_loss(
         c.ctx, c.param(5, 3), c.const(5, 3, values=np.full((3, 5), 0.2))
     ),

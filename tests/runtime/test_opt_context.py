@@ -148,7 +148,8 @@ def test_sgd_has_two_parameters_and_no_momenta() -> None:
     opt, _ = make(optimizer=OptimizerType.SGD)
     assert opt.opt_step_params is not None and opt.opt_step_params.ne[0] == 2
     assert opt.opt_step_params.name == "sgd_params"
-    assert not opt.grad_m and all(s.op is Op.OPT_STEP_SGD for s in opt.gb_opt.nodes[opt.gb_grad.n_nodes:])  # type: ignore[union-attr]
+    assert opt.gb_opt is not None and opt.gb_grad is not None
+    assert not opt.grad_m and all(s.op is Op.OPT_STEP_SGD for s in opt.gb_opt.nodes[opt.gb_grad.n_nodes:])
 
 
 def test_cross_entropy_results_count_correct_predictions() -> None:

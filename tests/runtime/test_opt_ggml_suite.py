@@ -391,7 +391,8 @@ def _regression(optim: OptimizerType, n_epoch: int, fix: str = "dup") -> tuple[f
     x_min, x_max = np.float32(-100.0), np.float32(100.0)
     for idata in range(ndata_regression):
         # C: x_min + (x_max - x_min) * idata / (ndata_regression - 1), float arithmetic
-        x = np.float32(x_min + np.float32(np.float32(x_max - x_min) * np.float32(idata)) / np.float32(ndata_regression - 1))
+        span = np.float32(np.float32(x_max - x_min) * np.float32(idata))
+        x = np.float32(x_min + span / np.float32(ndata_regression - 1))
         data[idata, 0] = x
         labels[idata, 0] = np.float32(np.float32(a_true * x) + b_true) + nd(gen)
 

@@ -291,8 +291,9 @@ def test_fix_static_keeps_shared_tensors_out_of_the_scheduler() -> None:
     # everything in the forward graph is shared; the gradient nodes are planned by the scheduler
     assert opt.gf is not None and all(t.buffer is opt.buf_shared for t in opt.gf.nodes
                                       if t.view_src is None and t.ctx is opt.ctx_compute)
-    planned = [t for t in opt.gb_opt.nodes if t.ctx is opt.ctx_compute and t.view_src is None  # type: ignore[union-attr]
-               and t.buffer is not opt.buf_shared]
+    assert opt.gb_opt is not None
+    planned = [t for t in opt.gb_opt.nodes
+               if t.ctx is opt.ctx_compute and t.view_src is None and t.buffer is not opt.buf_shared]
     assert planned and all(t.buffer is not None and t.buffer.usage.value == "compute" for t in planned)
 
 

@@ -291,19 +291,25 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             max_bias = float(_param(tensor, 1, 0.0))
             _add_or_set(ctx, graph, src0, ops.soft_max_ext_back(ctx, grad, tensor, scale, max_bias))
         if src1 is not None and n1:
-            raise GraphError(f"backward of SOFT_MAX {_label(tensor)}: gradients for the mask are not implemented (as in ggml)")
+            raise GraphError(
+                f"backward of SOFT_MAX {_label(tensor)}: gradients for the mask are not implemented (as in ggml)"
+            )
     elif op is Op.ROPE:
         if n0:
             _add_or_set(ctx, graph, src0, _rope_back(ctx, tensor, grad, src1, src2))
         if src2 is not None and n2:
-            raise GraphError(f"backward of ROPE {_label(tensor)}: gradients for freq factors are not implemented (as in ggml)")
+            raise GraphError(
+                f"backward of ROPE {_label(tensor)}: gradients for freq factors are not implemented (as in ggml)"
+            )
     elif op is Op.UNARY:
         _backward_unary(ctx, graph, tensor, grad, src0, n0)
     elif op is Op.CROSS_ENTROPY_LOSS:
         if n0:
             _add_or_set(ctx, graph, src0, ops.cross_entropy_loss_back(ctx, grad, src0, src1))
         if n1:
-            raise GraphError(f"backward of CROSS_ENTROPY_LOSS {_label(tensor)}: no gradient for the labels (as in ggml)")
+            raise GraphError(
+                f"backward of CROSS_ENTROPY_LOSS {_label(tensor)}: no gradient for the labels (as in ggml)"
+            )
     elif op is Op.GLU:
         _backward_glu(ctx, graph, tensor, grad, src0, src1, n0, n1)
     elif op is Op.NONE:
@@ -312,12 +318,12 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
         raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {_label(tensor)})")
 
     for s, n in ((src0, n0), (src1, n1), (src2, n2)):
-        if n:
-            g = graph.grads.get(s.id)  # type: ignore[union-attr]
-            if g is None or not _same_shape(s, g):  # type: ignore[arg-type]
+        if n and s is not None:
+            g = graph.grads.get(s.id)
+            if g is None or not _same_shape(s, g):
                 raise GraphError(
-                    f"backward of {op.name} {_label(tensor)}: gradient of {_label(s)} has shape "  # type: ignore[arg-type]
-                    f"{None if g is None else list(g.ne)}, expected {list(s.ne)}"  # type: ignore[union-attr]
+                    f"backward of {op.name} {_label(tensor)}: gradient of {_label(s)} has shape "
+                    f"{None if g is None else list(g.ne)}, expected {list(s.ne)}"
                 )
 
 

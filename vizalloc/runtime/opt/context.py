@@ -481,7 +481,8 @@ class OptContext:
 
     def __repr__(self) -> str:
         mode = "static" if self.static_graphs else "dynamic"
-        return f"<OptContext {mode} {self.loss_type.value} {self.optimizer.value} fix={self.fix.value} iter={self.iter}>"
+        return (f"<OptContext {mode} {self.loss_type.value} {self.optimizer.value} fix={self.fix.value} "
+                f"iter={self.iter}>")
 
 
 def _graph_tensors(g: Graph) -> Iterable[Tensor]:

@@ -160,7 +160,8 @@ class OptDataset:
         labels_raw = None if self.labels is None else memory.tensor_array(self.labels).reshape(-1).view(np.uint8)
         for k in range(shards):
             ishard = self.permutation[ibatch * shards + k]
-            dst[k * self.nbs_data:(k + 1) * self.nbs_data] = data_raw[ishard * self.nbs_data:(ishard + 1) * self.nbs_data]
+            nbd = self.nbs_data
+            dst[k * nbd:(k + 1) * nbd] = data_raw[ishard * nbd:(ishard + 1) * nbd]
             if ldst is not None and labels_raw is not None:
                 nbl = self.nbs_labels
                 ldst[k * nbl:(k + 1) * nbl] = labels_raw[ishard * nbl:(ishard + 1) * nbl]

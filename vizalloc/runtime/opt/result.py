@@ -50,7 +50,9 @@ class OptResult:
             self.loss_per_datapoint = loss_per_datapoint
             self.opt_period = opt_period
         elif self.loss_per_datapoint != loss_per_datapoint or self.opt_period != opt_period:
-            raise UsageError("OptResult was filled by optimizer contexts with different loss types or periods; reset it first")
+            raise UsageError(
+                "OptResult was filled by optimizer contexts with different loss types or periods; reset it first"
+            )
         if self.ndata != ndata * len(self.losses):
             raise UsageError(
                 f"OptResult holds {self.ndata} datapoints in {len(self.losses)} batches, the new batch has {ndata}: "
