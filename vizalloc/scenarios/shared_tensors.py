@@ -29,6 +29,10 @@ Strategies (``architecture.md``, fix strategies):
 * ``dup``: allocate a deep copy of the graph at each switch (ggml-opt's ``dup_graph``).
 * ``static``: the tensors ``gf`` and ``gb`` share live in a static buffer, allocated once.
 
+``driver="opt"`` runs the same MLP through ggml-opt's ``OptContext(fix=strategy)``
+instead of hand-built graphs (``shared_tensors_opt``); ``presize=True`` reserves the
+backward graph once first, so no switch reallocates the compute buffer.
+
 The reference runs happen after the loop, outside ``around_loop`` (a context manager
 factory, for example a trace), so a trace holds only the strategy's own loop.
 """
