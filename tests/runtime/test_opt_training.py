@@ -16,14 +16,15 @@ import numpy as np
 import pytest
 
 from vizalloc.runtime import Context, F32, Graph, ops, set_param
-from vizalloc.runtime.backends import CPUBackend
+from vizalloc.errors import ContextError
+from vizalloc.runtime.backends import Backend, CPUBackend, SimBackend
 from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
 from vizalloc.runtime.opt import (
     LossType, OptContext, OptDataset, OptimizerType, OptResult, constant_optimizer_params, default_optimizer_params,
     default_params, epoch,
 )
 from vizalloc.runtime.sched import Scheduler
-from vizalloc.runtime.tensor import Tensor, UnaryOp
+from vizalloc.runtime.tensor import Op, Tensor, UnaryOp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,8 @@ def _opt_pars(optimizer: OptimizerType):  # type: ignore[no-untyped-def]
     return pars
 
 
-def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False) -> tuple[Outcome, OptContext]:
+def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
+                   backends: list[Backend] | None = None) -> tuple[Outcome, OptContext]:
     data, labels, init = _data(s)
     supervised = s.loss_type in (LossType.CROSS_ENTROPY, LossType.MEAN_SQUARED_ERROR)
     ds = OptDataset(F32, F32, s.n_in, s.n_out if supervised else 0, s.ndata, 1)
@@ -86,8 +88,9 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False)
         set_param(p)
     h = ops.unary(cc, ops.add(cc, ops.mul_mat(cc, w1, x), b1), UnaryOp.SILU)
     out = ops.mul_mat(cc, w2, h)
-    sched = Scheduler([CPUBackend()])
-    alloc_ctx_tensors(cs, CPUBackend().buffer_type)
+    sched = Scheduler(backends or [CPUBackend()])
+    # parameters and inputs live on the first backend, as test-opt.cpp allocates them
+    alloc_ctx_tensors(cs, sched.get_backend(0).buffer_type)
     for p, v in zip(params, init):
         tensor_set(p, v)
     op = default_params(sched, s.loss_type)
@@ -295,6 +298,29 @@ def test_fix_static_keeps_shared_tensors_out_of_the_scheduler() -> None:
     planned = [t for t in opt.gb_opt.nodes
                if t.ctx is opt.ctx_compute and t.view_src is None and t.buffer is not opt.buf_shared]
     assert planned and all(t.buffer is not None and t.buffer.usage.value == "compute" for t in planned)
+
+
+def test_several_backends_with_dup_train_exactly_as_one() -> None:
+    """A simulated device first (every op but silu and its backward), the CPU last: the
+    scheduler splits the graphs and copies inputs across; ggml's deep copy keeps the results
+    exact."""
+    s = Setup()
+    ref, _ = train_vizalloc(s, "dup")
+    no_silu = [op for op in Op if op not in (Op.UNARY, Op.SILU_BACK)]
+    got, opt = train_vizalloc(s, "dup", backends=[SimBackend("SIM", supported_ops=no_silu), CPUBackend()])
+    assert opt.sched.n_splits >= 2
+    assert got.losses == ref.losses
+    assert all(np.array_equal(a, b) for a, b in zip(got.weights, ref.weights))
+
+
+@pytest.mark.parametrize("fix", ["none", "clear", "static", "invalidate"])
+def test_fixes_on_the_originals_break_with_several_backends(fix: str) -> None:
+    """With several backends the scheduler rewrites sources of the graph it allocates to its
+    input copies, which die at the next split (semantics 7.5, "mutations persist"). Only the
+    deep copy confines that; the other fixes allocate the originals and reach the dead copies
+    (a use-after-free in ggml, an error here)."""
+    with pytest.raises(ContextError, match="was freed"):
+        train_vizalloc(Setup(), fix, backends=[SimBackend("SIM"), CPUBackend()])
 
 
 # -- dynamic graphs (ggml_opt_prepare_alloc) -------------------------------------------------

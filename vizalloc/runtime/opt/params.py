@@ -58,6 +58,11 @@ class Fix(str, enum.Enum):
       The original compute tensors never get memory. The default.
     * ``static``: the tensors shared between the graphs live in one static buffer
       allocated once, so the scheduler never plans them. Costs their bytes for good.
+
+    Every strategy but ``dup`` hands the scheduler the *original* tensors, so with several
+    backends the scheduler's rewrites of their sources (to its input copies, which die at
+    the next split) persist on them (semantics §7.5); the next use of such a source is a
+    use-after-free in ggml and a ``ContextError`` here. They are single-backend cures.
     """
 
     NONE = "none"
