@@ -186,7 +186,8 @@ def dup_graph(ctx: Context, src: Graph) -> Graph:
             if cur.id in mapping:
                 stack.pop()
                 continue
-            deps = [d for d in ([cur.view_src] + cur.src) if d is not None and d.id not in mapping]
+            # a cast is its own src[1]; ggml-opt's map_tensor registers the copy first, so skip it here
+            deps = [d for d in ([cur.view_src] + cur.src) if d is not None and d is not cur and d.id not in mapping]
             if deps:
                 stack.extend(reversed(deps))
                 continue
@@ -215,9 +216,16 @@ def _copy_tensor(ctx: Context, t: Tensor, mapping: dict[int, Tensor]) -> Tensor:
     view_src = None if t.view_src is None else mapping[t.view_src.id]
     c = ctx.new_tensor_impl(
         t.type, t.ne, view_src, t.view_offs, nb=t.nb, op=t.op,
-        src=[None if s is None else mapping[s.id] for s in t.src],
+        src=[None if (s is None or s is t) else mapping[s.id] for s in t.src],
         op_params=t.op_params, name=t.name, copy_of=t,
     )
+    for slot, s in enumerate(t.src):
+        if s is t:  # a self-reference (ggml_cast) maps to the copy itself
+            while len(c.src) <= slot:
+                c.src.append(None)
+            c.src[slot] = c
+            if recorder.active():
+                recorder.emit(ev.TensorSrcSet, c.id, slot, c.id)
     c.flags = int(t.flags)
     if recorder.active() and t.flags:
         recorder.emit(ev.TensorFlagsSet, c.id, c.flags)

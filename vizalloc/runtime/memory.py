@@ -161,7 +161,7 @@ def array_view(storage: Storage, offset: int, t: Tensor) -> Any:
     strides = (nb[3], nb[2], nb[1], nb[0])
     xp = storage.xp
     if xp is np:
-        if t.nbytes == 0:
+        if 0 in ne:
             return np.zeros(shape, dtype=t.type.numpy)
         return np.ndarray(shape, dtype=t.type.numpy, buffer=storage.mem, offset=offset, strides=strides)
     # any other array module (cupy) builds the view from a device pointer

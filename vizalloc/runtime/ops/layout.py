@@ -17,6 +17,8 @@ from vizalloc.runtime.ops._common import (
     is_matrix, is_vector, nelements, new_result, view_result,
 )
 from vizalloc.runtime.tensor import Op, Tensor, contiguous_strides
+from vizalloc.trace import events as ev
+from vizalloc.trace import recorder
 
 # -- copies -------------------------------------------------------------------------------
 
@@ -49,11 +51,13 @@ def cast(ctx: Context, a: Tensor, dtype: DType) -> Tensor:
     ggml makes the result its own second source (for backends that expect cpy's
     ``src[1]``); the graph allocator counts that self-reference, so it is kept.
     The ``TensorCreated`` event cannot name an id that does not exist yet, so the
-    recorded sources are ``[a]`` only.
+    self-reference is recorded right after it as a ``TensorSrcSet``.
     """
     alive(a)
     t = new_result(ctx, dtype, a.ne, Op.CPY, [a], name=f"{a.name} (copy)")
     t.src.append(t)
+    if recorder.active():
+        recorder.emit(ev.TensorSrcSet, t.id, 1, t.id)
     return t
 
 
