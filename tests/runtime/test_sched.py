@@ -348,3 +348,18 @@ def test_stale_tensor_after_reset_is_planned_over():
     assert sched.alloc_graph(b)
     assert t.data == t_data
     assert (y.offset, z.offset, t.offset) == (0, 0, 0)
+
+
+def test_unconsumed_unassigned_leaf_is_refused():
+    ctx = Context()
+    a = ctx.new_tensor_1d(F32, 4, "lonely")
+    g = Graph()
+    g.build_forward_expand(a)
+    with pytest.raises(SchedulerError, match="'lonely'.*no backend"):
+        Scheduler([SimBackend(), CPUBackend()]).alloc_graph(g)
+    s = Scheduler([SimBackend(), CPUBackend()])
+    s.set_tensor_backend(a, 1)
+    assert s.alloc_graph(g) and a.buffer.buft is s.bufts[1]
+    set_input(a)  # inputs start on the CPU backend
+    s2 = Scheduler([SimBackend(), CPUBackend()])
+    assert s2.alloc_graph(g) and s2.leaf_backend_ids[:1] == [1]

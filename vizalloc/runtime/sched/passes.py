@@ -366,7 +366,14 @@ def build_sched_graph(sched: Scheduler, graph: Graph) -> None:
                     _write_ids(leaf_ids, len(g_leafs), split.backend_id)
                     g_leafs.append(tc)
     for leaf in graph.leafs:
-        _write_ids(leaf_ids, len(g_leafs), sched.tensor_backend_id(leaf))
+        bid = sched.tensor_backend_id(leaf)
+        if bid == -1:
+            # ggml indexes bufts[-1] here (undefined behaviour); say what is wrong instead
+            raise SchedulerError(
+                f"leaf {_label(leaf)} of graph #{graph.id} has no backend: no node reads it and it is neither "
+                "pre-allocated nor an input; assign one with set_tensor_backend or leave it out of the graph"
+            )
+        _write_ids(leaf_ids, len(g_leafs), bid)
         g_leafs.append(leaf)
     sg = Graph(size, False, _kind="sched", _source=graph)
     sg._extend(g_nodes, g_leafs)
