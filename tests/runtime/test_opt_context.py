@@ -185,3 +185,56 @@ def test_alloc_events_show_each_fix(recorded) -> None:  # type: ignore[no-untype
         if fix == "static":
             assert opt.buf_shared is not None
             assert any(isinstance(e, ev.BufferAllocated) and e.buffer_id == opt.buf_shared.id for e in recorded.events)
+
+
+def test_fit_reports_progress_like_ggml(capsys) -> None:  # type: ignore[no-untyped-def]
+    from vizalloc.runtime.opt import OptDataset, fit
+
+    cs, cc = Context(name="static"), Context(name="compute")
+    x = cs.new_tensor_2d(F32, 1, 2, name="x")
+    w = cs.new_tensor_1d(F32, 1, name="w")
+    set_param(w)
+    out = ops.add(cc, x, w)
+    sched = Scheduler([CPUBackend()])
+    alloc_ctx_tensors(cs, sched.get_backend(0).buffer_type)
+    tensor_set(w, [0.5])
+    ds = OptDataset(F32, F32, 1, 0, 8, 1)
+    ds.data_array()[:, 0] = np.arange(8)
+    fit(sched, cc, x, out, ds, LossType.SUM, OptimizerType.SGD, default_optimizer_params, 2, 4, 0.5, False)
+    err = capsys.readouterr().err
+    assert "fit: epoch 0001/0002:" in err and "fit: epoch 0002/0002:" in err
+    assert "train: [" in err and "val:   [" in err and "data=0000004/0000004" in err
+    assert "fit: training took 00:00:" in err
+    # opt_period 2 (logical 4 / physical 2), one logical train batch and one validation batch
+    # per epoch: SGD 1e-3 on gradient 2 (two datapoints) per step, two epochs
+    assert float(tensor_get(w)[0]) == pytest.approx(0.5 - 2 * 1e-3 * 4, rel=1e-5)
+
+
+def test_graph_reset_seeds_the_loss_and_zeroes_accumulators() -> None:
+    from vizalloc.errors import NoMemoryError
+    from vizalloc.runtime import Graph
+    from vizalloc.runtime.backward import build_backward_expand, graph_reset
+
+    opt, t = make(opt_period=2)
+    assert opt.gb_opt is not None and opt.loss is not None
+    loss_acc = graph_get_grad_acc(opt.gb_opt, opt.loss)
+    w_acc = opt.grad_acc(t["w"])
+    assert loss_acc is not None and w_acc is not None
+    tensor_set(loss_acc, [7.0])
+    tensor_set(w_acc, np.ones(12))
+    graph_reset(opt.gb_opt)
+    assert tensor_get(loss_acc).tolist() == [1.0]
+    assert not np.any(tensor_get(w_acc))
+    # without memory there is nothing to reset: a clear error, not a crash
+    ctx = Context()
+    p = ctx.new_tensor_1d(F32, 2, name="p")
+    set_param(p)
+    loss = ops.sum(ctx, ops.sqr(ctx, p))
+    from vizalloc.runtime import set_loss
+
+    set_loss(loss)
+    g = Graph(grads=True)
+    g.build_forward_expand(loss)
+    build_backward_expand(ctx, g)
+    with pytest.raises(NoMemoryError):
+        graph_reset(g)

@@ -175,3 +175,13 @@ def test_result_loss_and_accuracy_follow_ggml() -> None:
     assert r.ncorrect == -1 and math.isnan(r.accuracy()[0])
     r.reset()
     assert (r.ndata, r.losses, r.preds, r.ncorrect) == (0, [], [], 0)
+
+
+def test_result_uncertainty_of_equal_losses_is_nan_when_rounding_goes_negative() -> None:
+    """ggml computes the variance as E[x^2] - E[x]^2; for two equal 0.3f losses rounding makes it
+    negative and C's sqrt returns NaN (ggml prints "±nan"), where Python's would raise."""
+    r = OptResult()
+    for _ in range(2):
+        r.add_batch(ndata=1, loss=0.3, loss_per_datapoint=False, opt_period=1)
+    loss, unc = r.loss()
+    assert loss == pytest.approx(0.6) and math.isnan(unc)

@@ -23,6 +23,11 @@ import numpy as np
 from vizalloc.errors import UsageError
 
 
+def _c_sqrt(x: float) -> float:
+    """C's ``sqrt``: NaN for a negative argument (rounding can make a zero variance negative)."""
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
 class OptResult:
     """``struct ggml_opt_result``: what ``OptContext.eval`` adds up over physical batches."""
 
@@ -86,9 +91,9 @@ class OptResult:
             return value, math.nan
         var_sum = total_sq / nbatches - mean * mean  # without Bessel's correction
         if self.loss_per_datapoint:
-            unc = math.sqrt(var_sum / (nbatches - 1))
+            unc = _c_sqrt(var_sum / (nbatches - 1))
         else:
-            unc = math.sqrt(var_sum * nbatches / (nbatches - 1))
+            unc = _c_sqrt(var_sum * nbatches / (nbatches - 1))
         return value, unc
 
     def accuracy(self) -> tuple[float, float]:
