@@ -27,14 +27,15 @@ clear). Otherwise, per foreign piece:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
+
 from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
 from vizalloc.analysis.model import Placement, TraceModel
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
-_POOL_BY = (ev.PlacedBy.GALLOCR, ev.PlacedBy.VIEW_INIT)
 
 
 class _State:
@@ -60,6 +61,8 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     next_placement = 0
     cur = st.cur
     keys = st.key
+    pool_of = st.pool
+    placed_seq = st.placed_seq
     maps = st.maps
     last_write = st.last_write
     freed = st.freed
@@ -68,6 +71,8 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     NodeCompute, TensorPlaced, TensorCleared = ev.NodeCompute, ev.TensorPlaced, ev.TensorCleared
     TensorSet, TensorGet, TensorCopy = ev.TensorSet, ev.TensorGet, ev.TensorCopy
     BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
+    relevant = frozenset({NodeCompute, TensorPlaced, TensorCleared, TensorSet, TensorGet, TensorCopy,
+                          BufferCleared, BufferFreed, ComputeBegin})
     for i, e in enumerate(model.events):
         cls = type(e)
         if cls is NodeCompute:
@@ -76,31 +81,52 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 p = cur.get(r)
                 if p is None:
                     continue
-                if p.buffer_id in freed:
+                b = p.buffer_id
+                if b in freed:
                     _dangling(st, col, r, p, e, "read", compute_id)
-                k = keys[r]
-                bm = maps.get(p.buffer_id)
+                k = p.alias
+                bm = maps.get(b)
                 if bm is not None:
-                    rec = bm.covering(p.offset, p.offset + p.nbytes)
-                    if rec is not None and (rec[0] == k or rec[0] == CLEAR_KEY):
-                        continue  # the hot path: one interval, written by the reader's own key
+                    # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
+                    a = p.offset
+                    ends = bm.ends
+                    lo = bisect_right(ends, a)
+                    if lo < len(ends) and bm.starts[lo] <= a and ends[lo] >= a + p.nbytes:
+                        w = bm.recs[lo][0]
+                        if w == k or w == CLEAR_KEY:
+                            continue
                 _check_read(st, col, r, p, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
             t = e.tensor_id  # type: ignore[attr-defined]
             p = cur.get(t)
             if p is None:
                 continue
-            if p.buffer_id in freed:
+            b = p.buffer_id
+            if b in freed:
                 _dangling(st, col, t, p, e, "write", compute_id)
-            k = keys[t]
-            bm = maps.get(p.buffer_id)
+            k = p.alias
+            bm = maps.get(b)
             if bm is None:
-                bm = maps[p.buffer_id] = ByteMap()
-            bm.write(p.offset, p.offset + p.nbytes, (k, t, seq))
+                bm = maps[b] = ByteMap()
+            a = p.offset
+            # the common write: exactly over an interval already there (the same tensor again)
+            ends = bm.ends
+            lo = bisect_right(ends, a)
+            if lo < len(ends) and bm.starts[lo] == a and ends[lo] == a + p.nbytes:
+                bm.recs[lo] = (k, t, seq)
+            else:
+                bm.write(a, a + p.nbytes, (k, t, seq))
             last_write[k] = seq
+        elif cls not in relevant:
+            continue
         elif cls is TensorPlaced:
             p = placements[next_placement]
             next_placement += 1
-            _place(st, p)
+            t = p.tensor_id
+            cur[t] = p
+            keys[t] = p.alias
+            pool_of[t] = p.pool
+            if p.alias == t:
+                placed_seq[t] = p.seq
         elif cls is TensorCleared:
             cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
         elif cls is ComputeBegin:
@@ -138,24 +164,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
     if progress is not None:
         progress(n, n)
-
-
-def _place(st: _State, p: Placement) -> None:
-    t = p.tensor_id
-    info = st.tensors.get(t)
-    if p.by is ev.PlacedBy.COPY and info is not None and info.copy_of >= 0 and info.copy_of in st.key:
-        k = st.key[info.copy_of]
-        pool = st.pool.get(info.copy_of, False)
-    elif info is not None and info.view_src >= 0:
-        k = st.key.get(info.view_src, info.view_src)
-        pool = st.pool.get(info.view_src, p.by in _POOL_BY)
-    else:
-        k = t
-        pool = p.by in _POOL_BY
-        st.placed_seq[k] = p.seq
-    st.cur[t] = p
-    st.key[t] = k
-    st.pool[t] = pool
 
 
 def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e: ev.Event,

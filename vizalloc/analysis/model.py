@@ -43,12 +43,15 @@ VIEW_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
 
 FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS = 1, 2, 4, 8
 
-#: Placements that make a tensor "external" to a graph allocator (its bytes come from elsewhere).
-_POOL_BY = frozenset({ev.PlacedBy.GALLOCR, ev.PlacedBy.VIEW_INIT})
-
 
 def nbytes_of(dtype: str, ne: Sequence[int], nb: Sequence[int]) -> int:
     """``ggml_nbytes`` for block size 1: the type size plus the strided span."""
+    if len(ne) == 4 and len(nb) == 4:
+        n0, n1, n2, n3 = ne
+        if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
+            return 0
+        return (TYPE_SIZES.get(dtype, nb[0]) + (n0 - 1) * nb[0] + (n1 - 1) * nb[1] + (n2 - 1) * nb[2]
+                + (n3 - 1) * nb[3])
     if any(n <= 0 for n in ne):
         return 0
     size = TYPE_SIZES.get(dtype, nb[0] if nb else 1)
@@ -161,6 +164,11 @@ class Placement:
     end_reason: str = ""
     stale_seq: int = NEVER
     stale_reason: str = ""
+    #: the alias key: tensors sharing bytes on purpose share it (a view has its root's, a deep
+    #: copy placed on an allocated original has the original's); the tensor id otherwise
+    alias: int = -1
+    #: placed by a graph allocator binding (or a view of such a tensor)
+    pool: bool = False
 
     @property
     def end(self) -> int:
@@ -420,8 +428,14 @@ class TraceModel:
     snapshots: list[ev.ValueSnapshot] = field(default_factory=list)
     markers: list[ev.Marker] = field(default_factory=list)
     contexts: dict[int, ev.ContextCreated] = field(default_factory=dict)
-    #: position in ``events`` of each seq (events are in seq order; this maps seq -> index)
-    seq_index: dict[int, int] = field(default_factory=dict)
+    _seq_index: dict[int, int] | None = None
+
+    @property
+    def seq_index(self) -> dict[int, int]:
+        """Position in ``events`` of each seq (built on first use)."""
+        if self._seq_index is None:
+            self._seq_index = {e.seq: i for i, e in enumerate(self.events)}
+        return self._seq_index
 
     # -- tensors --------------------------------------------------------------
     def tensor(self, tensor_id: int) -> TensorInfo:
@@ -550,6 +564,8 @@ class _Builder:
     def __init__(self, events: list[ev.Event]) -> None:
         self.m = TraceModel(events)
         self.current: dict[int, int] = {}          # tensor -> current placement index
+        self.alias_of: dict[int, int] = {}         # tensor -> alias key of its latest placement
+        self.pool_of: dict[int, bool] = {}         # tensor -> latest placement made by a graph allocator
         self.galloc_bound: dict[int, list[int]] = {}  # galloc -> placements its bindings made
         self.galloc_sched: dict[int, int] = {}     # galloc -> sched that drives it
         self.open_sched = -1                       # the scheduler whose alloc_graph is under way
@@ -576,31 +592,42 @@ class _Builder:
     def _run(self, events: list[ev.Event], lo: int, hi: int) -> None:
         m = self.m
         handlers = {cls: getattr(self, "_" + name) for name, cls in ev.KINDS.items() if hasattr(self, "_" + name)}
-        seq_index = m.seq_index
         tensors = m.tensors
+        tget = tensors.get
         get = handlers.get
+        node_compute = ev.NodeCompute
+        tensor_named = ev.TensorNamed
+        compute_edges = (ev.ComputeBegin, ev.ComputeEnd)
+        c = self.open_compute
+        add_node = c.nodes.append if c is not None else None
         for i in range(lo, hi):
             e = events[i]
-            seq_index[e.seq] = i
             cls = type(e)
-            if cls is ev.NodeCompute:
+            if cls is node_compute:
                 # the hot path, inlined: a node's reads and write
-                self.i = i
-                c = self.open_compute
-                if c is not None:
-                    c.nodes.append(e)  # type: ignore[arg-type]
-                info = tensors.get(e.tensor_id)  # type: ignore[attr-defined]
+                if add_node is not None:
+                    add_node(e)
+                info = tget(e.tensor_id)  # type: ignore[attr-defined]
                 if info is not None:
                     info.history.append(i)
                 for r in e.reads:  # type: ignore[attr-defined]
-                    info = tensors.get(r)
+                    info = tget(r)
                     if info is not None:
                         info.history.append(i)
+                continue
+            if cls is tensor_named:
+                info = tget(e.tensor_id)  # type: ignore[attr-defined]
+                if info is not None:
+                    info.name = e.name  # type: ignore[attr-defined]
+                    info.history.append(i)
                 continue
             h = get(cls)
             if h is not None:
                 self.i = i
                 h(e)
+                if cls in compute_edges:
+                    c = self.open_compute
+                    add_node = c.nodes.append if c is not None else None
 
     # -- helpers ------------------------------------------------------------------
     def _touch(self, tensor_id: int) -> None:
@@ -633,11 +660,10 @@ class _Builder:
 
     def _TensorCreated(self, e: ev.TensorCreated) -> None:
         info = TensorInfo(
-            e.tensor_id, e.ctx_id, e.name, e.dtype, tuple(e.ne), tuple(e.nb), e.op, tuple(e.op_params),
-            tuple(e.srcs), e.view_src, e.view_offs, e.flags, e.copy_of, nbytes_of(e.dtype, e.ne, e.nb),
-            e.seq, e.loc,
+            e.tensor_id, e.ctx_id, e.name, e.dtype, e.ne, e.nb, e.op, e.op_params,
+            e.srcs, e.view_src, e.view_offs, e.flags, e.copy_of, nbytes_of(e.dtype, e.ne, e.nb),
+            e.seq, e.loc, [self.i],
         )
-        info.history.append(self.i)
         self.m.tensors[e.tensor_id] = info
 
     def _TensorNamed(self, e: ev.TensorNamed) -> None:
@@ -694,14 +720,32 @@ class _Builder:
 
     def _TensorPlaced(self, e: ev.TensorPlaced) -> None:
         m = self.m
-        self._end_placement(e.tensor_id, e.seq, "replaced")
+        t = e.tensor_id
+        by = e.by
+        if t in self.current:
+            self._end_placement(t, e.seq, "replaced")
         binding = m.bindings.get(e.binding_id) if e.binding_id >= 0 else None
         galloc = binding.galloc_id if binding is not None else -1
+        info = m.tensors.get(t)
+        alias_of = self.alias_of
+        pool_of = self.pool_of
+        # string comparison: works for enum members and for plain strings alike
+        by_pool = by == "gallocr" or by == "view_init"
+        if info is None:
+            alias, pool = t, by_pool
+        elif by == "copy" and info.copy_of >= 0 and info.copy_of in alias_of:
+            alias, pool = alias_of[info.copy_of], pool_of[info.copy_of]
+        elif info.view_src >= 0:
+            alias, pool = alias_of.get(info.view_src, info.view_src), pool_of.get(info.view_src, by_pool)
+        else:
+            alias, pool = t, by_pool
+        alias_of[t] = alias
+        pool_of[t] = pool
         idx = len(m.placements)
-        p = Placement(idx, e.tensor_id, e.buffer_id, e.offset, e.nbytes, e.by, e.binding_id, galloc, e.seq, e.loc)
+        p = Placement(idx, t, e.buffer_id, e.offset, e.nbytes, by, e.binding_id, galloc, e.seq, e.loc,
+                      NEVER, "", NEVER, "", alias, pool)
         m.placements.append(p)
-        self.current[e.tensor_id] = idx
-        info = m.tensors.get(e.tensor_id)
+        self.current[t] = idx
         if info is not None:
             info.placements.append(idx)
             info.history.append(self.i)
@@ -712,7 +756,7 @@ class _Builder:
                 p.stale_seq, p.stale_reason = e.seq, "freed"
         if binding is not None:
             binding.placements.append(idx)
-            if e.by in _POOL_BY:
+            if by_pool:
                 self.galloc_bound.setdefault(galloc, []).append(idx)
 
     def _TensorCleared(self, e: ev.TensorCleared) -> None:

@@ -1,0 +1,181 @@
+"""How fast is ``vizalloc check``'s analysis (model + hazards) on large traces?
+
+A decode-style loop is recorded with the real runtime: every "token" builds a small
+transformer-like graph (rms_norm, attention-like mul_mats, softmax, SwiGLU MLP, residuals,
+several layers) in a fresh context, binds it with one graph allocator (the plan made for
+the first token is reused, as llama.cpp does) and computes it. The events of one token
+are then repeated with fresh ids (tensors, graphs, bindings, computes, seq) until the
+trace has 10k, 100k, 1M and 2M events, so the stream is the runtime's own event mix.
+
+    python benchmarks/analysis.py            # all sizes
+    python benchmarks/analysis.py --quick    # 10k and 100k only
+
+Prints events/second per size, the ratio to the smallest size's rate (close to 1.0 means
+linear growth) and the seconds for 2M events (target: <= 5 s on this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vizalloc.analysis.hazards import find_hazards  # noqa: E402
+from vizalloc.analysis.model import build_model  # noqa: E402
+from vizalloc.runtime import ops  # noqa: E402
+from vizalloc.runtime.alloc import GraphAllocator  # noqa: E402
+from vizalloc.runtime.backends import CPUBackend, graph_compute  # noqa: E402
+from vizalloc.runtime.buffer import BufferType  # noqa: E402
+from vizalloc.runtime.context import Context  # noqa: E402
+from vizalloc.runtime.dtype import F32  # noqa: E402
+from vizalloc.runtime.graph import Graph  # noqa: E402
+from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set  # noqa: E402
+from vizalloc.runtime.tensor import set_input, set_output  # noqa: E402
+from vizalloc.trace import events as ev  # noqa: E402
+from vizalloc.trace.recorder import ListRecorder  # noqa: E402
+
+D, FF, T, LAYERS = 16, 32, 4, 6
+
+
+def _weights(ctx: Context) -> list[dict[str, object]]:
+    layers = []
+    for i in range(LAYERS):
+        layers.append({k: ctx.new_tensor_2d(F32, *shape, name=f"blk.{i}.{k}") for k, shape in (
+            ("wq", (D, D)), ("wk", (D, D)), ("wv", (D, D)), ("wo", (D, D)), ("w1", (D, FF)), ("w2", (FF, D)),
+            ("w3", (D, FF)), ("norm", (D, 1)))})
+    return layers
+
+
+def _token_graph(ctx: Context, layers: list[dict[str, object]]) -> tuple[Graph, object, object]:
+    x = ctx.new_tensor_2d(F32, D, T, name="inp")
+    set_input(x)
+    h = x
+    for i, w in enumerate(layers):
+        n = ops.mul(ctx, ops.rms_norm(ctx, h, 1e-5), w["norm"])
+        q = ops.mul_mat(ctx, w["wq"], n)
+        k = ops.mul_mat(ctx, w["wk"], n)
+        v = ops.mul_mat(ctx, w["wv"], n)
+        att = ops.soft_max_ext(ctx, ops.mul_mat(ctx, k, q), None, 0.25, 0.0)
+        o = ops.mul_mat(ctx, w["wo"], ops.cont(ctx, ops.transpose(ctx, ops.mul_mat(ctx, att, ops.cont(
+            ctx, ops.transpose(ctx, v))))))
+        h = ops.add(ctx, h, o)
+        n2 = ops.mul(ctx, ops.rms_norm(ctx, h, 1e-5), w["norm"])
+        f = ops.mul(ctx, ops.silu(ctx, ops.mul_mat(ctx, w["w1"], n2)), ops.mul_mat(ctx, w["w3"], n2))
+        h = ops.add(ctx, h, ops.mul_mat(ctx, w["w2"], f))
+    out = ops.sum(ctx, h)
+    set_output(out)
+    g = Graph()
+    g.build_forward_expand(out)
+    return g, x, out
+
+
+def record_template() -> tuple[list[ev.Event], list[ev.Event]]:
+    """(prefix, one token): the setup and first token, then the events of one later token."""
+    buft = BufferType("CPU", alignment=32)
+    backend = CPUBackend()
+    rng = np.random.default_rng(0)
+    with ListRecorder() as rec:
+        wctx = Context(name="weights")
+        layers = _weights(wctx)
+        alloc_ctx_tensors(wctx, buft)
+        for w in layers:
+            for t in w.values():
+                tensor_set(t, rng.standard_normal(t.nelements).astype(np.float32) * 0.1)
+        galloc = GraphAllocator(buft)
+        marks = []
+        for _ in range(2):
+            marks.append(len(rec.events))
+            ctx = Context(name="token")
+            g, x, out = _token_graph(ctx, layers)
+            galloc.alloc_graph(g)
+            tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
+            graph_compute(backend, g)
+            tensor_get(out)
+    return rec.events[:marks[1]], rec.events[marks[1]:]
+
+
+_TENSOR_FIELDS = ("tensor_id", "view_src", "copy_of", "src_id", "dst_id", "parent_id")
+_TUPLE_FIELDS = ("srcs", "nodes", "leafs", "reads")
+
+
+def repeat(prefix: list[ev.Event], token: list[ev.Event], n_events: int) -> list[ev.Event]:
+    """The prefix, then copies of ``token`` with fresh ids, up to ``n_events`` events."""
+    fresh = {e.tensor_id for e in token if isinstance(e, ev.TensorCreated)}
+    graphs = {e.graph_id for e in token if isinstance(e, ev.GraphCreated)}
+    t_span = max(fresh) - min(fresh) + 1 if fresh else 0
+    g_span = max(graphs) - min(graphs) + 1 if graphs else 0
+    names = {cls: [f.name for f in fields(cls)] for cls in ev.KINDS.values()}
+    out = list(prefix)
+    seq = max(e.seq for e in prefix)
+    k = 0
+    while len(out) < n_events:
+        k += 1
+        dt, dg = k * t_span, k * g_span
+
+        def tid(t: int) -> int:
+            return t + dt if t in fresh else t
+
+        for e in token:
+            values = []
+            for name in names[type(e)]:
+                v = getattr(e, name)
+                if name == "seq":
+                    seq += 1
+                    v = seq
+                elif name in _TENSOR_FIELDS:
+                    v = tid(v)
+                elif name in _TUPLE_FIELDS:
+                    v = tuple(tid(x) for x in v)
+                elif name in ("graph_id", "source_graph") and v in graphs:
+                    v = v + dg
+                elif name in ("binding_id", "compute_id"):
+                    v = v + k * 1_000_000
+                values.append(v)
+            out.append(type(e)(*values))
+            if len(out) >= n_events:
+                break
+    return out
+
+
+def measure(events: list[ev.Event]) -> tuple[float, float, int]:
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        model = build_model(events)
+        t1 = time.perf_counter()
+        hazards = find_hazards(model)
+        t2 = time.perf_counter()
+    finally:
+        gc.enable()
+    return t1 - t0, t2 - t1, len(hazards)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="only 10k and 100k events")
+    args = parser.parse_args()
+    prefix, token = record_template()
+    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000, 2_000_000]
+    print(f"one token: {len(token)} events "
+          f"({sum(isinstance(e, ev.NodeCompute) for e in token)} node computes); prefix {len(prefix)} events")
+    stream = repeat(prefix, token, sizes[-1])
+    base_rate = None
+    for n in sizes:
+        t_model, t_hazards, n_hazards = measure(stream[:n])
+        total = t_model + t_hazards
+        rate = n / total
+        base_rate = base_rate or rate
+        print(f"{n:>9,} events: model {t_model:6.2f} s + hazards {t_hazards:6.2f} s = {total:6.2f} s "
+              f"-> {rate:>10,.0f} events/s (rate vs 10k: {rate / base_rate:.2f}); {n_hazards} hazard(s)")
+
+
+if __name__ == "__main__":
+    main()

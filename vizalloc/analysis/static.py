@@ -1,0 +1,277 @@
+"""The hazards seen at bindings (overlapping roots that are both live, dangling roots, plans
+reused for another graph) and the re-plan counts; see ``hazards.py`` for the kinds.
+
+A binding whose graph has the same structure and the same byte layout as one already
+found clean is not checked again (a decode loop binds the same plan thousands of times).
+
+    >>> from vizalloc.analysis.model import build_model
+    >>> from vizalloc.analysis.hazards import Collector
+    >>> col = Collector(); check_bindings(build_model([]), col); col.n_findings
+    0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vizalloc.analysis import liveness
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
+from vizalloc.trace import events as ev
+
+
+# -- at a binding: overlaps of roots that are both live ------------------------------------
+
+def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
+    graph = b.graph
+    if graph is None:
+        return
+    seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
+    spans = liveness.graph_spans(model, graph)
+    by_buffer: dict[int, list[tuple[int, int, int, Placement]]] = {}
+    for root, span in spans.items():
+        p = model.placement_at(root, seq)
+        if p is None:
+            continue
+        state = model.placement_state(p, seq)
+        if state is PlacementState.DANGLING:
+            key = (HazardKind.DANGLING, root, -1, p.buffer_id, "kept")
+            if not col.bump(key, seq, b.binding_id):
+                col.add(key, lambda p=p, root=root: Hazard(
+                    HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
+                    access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
+                    access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
+                    other_loc=model.event_at(model.buffers[p.buffer_id].freed_seq).loc,
+                    detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
+                           f" ({model.buffers[p.buffer_id].free_cause or 'no cause given'})",
+                    binding_id=b.binding_id), b.binding_id)
+        # stale roots in a freed buffer still overlap each other there (golden: same instance)
+        if p.nbytes > 0:
+            by_buffer.setdefault(p.buffer_id, []).append((p.offset, p.end, root, p))
+    for buf_id, items in by_buffer.items():
+        items.sort(key=lambda x: (x[0], x[1], x[2]))
+        active: list[tuple[int, int, int, Placement]] = []
+        for item in items:
+            start = item[0]
+            active = [a for a in active if a[1] > start]
+            for a in active:
+                _overlap(model, b, col, spans, a, item, seq)
+            active.append(item)
+
+
+def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int, liveness.Span],
+             x: tuple[int, int, int, Placement], y: tuple[int, int, int, Placement], seq: int) -> None:
+    sx, sy = spans[x[2]], spans[y[2]]
+    if not liveness.both_live(sx, sy):
+        return
+    px, py = x[3], y[3]
+    x_stale = px.stale_seq <= seq
+    y_stale = py.stale_seq <= seq
+    # the victim is the root written first: its pending reader sees the other's write
+    if (sx[0], x[2]) > (sy[0], y[2]):
+        x, y, px, py, sx, sy, x_stale, y_stale = y, x, py, px, sy, sx, y_stale, x_stale
+    lo, hi = max(px.offset, py.offset), min(px.end, py.end)
+    if x_stale or y_stale:
+        kind = HazardKind.STALE_OVERLAP
+        stale = px if x_stale else py
+        detail = (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id}, "
+                  f"made stale when its allocator was {stale.stale_reason} (seq {stale.stale_seq}); "
+                  f"live ranges in graph #{b.graph_id}: {qlabel(model, x[2])} {_span(sx)}, "
+                  f"{qlabel(model, y[2])} {_span(sy)}")
+    else:
+        kind = HazardKind.USE_AFTER_REUSE
+        # a compute of this plan that shows it already reported it, with the real steps
+        if col.seen((kind, x[2], y[2], px.buffer_id)) or col.seen((kind, y[2], x[2], px.buffer_id)):
+            return
+        detail = (f"predicted from the plan: both roots are live in graph #{b.graph_id} "
+                  f"({qlabel(model, x[2])} {_span(sx)}, {qlabel(model, y[2])} {_span(sy)}) but share bytes")
+    key = (kind, x[2], y[2], px.buffer_id)
+    if col.bump(key, seq, b.binding_id):
+        return
+    col.add(key, lambda: Hazard(
+        kind, seq, tensor_ref(model, x[2], px), tensor_ref(model, y[2], py), px.buffer_id, ((lo, hi),),
+        access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}, plan #{b.plan_id})",
+        access_loc=b.loc, other_seq=py.seq, other_loc=py.loc, detail=detail, binding_id=b.binding_id,
+    ), b.binding_id)
+
+
+def _span(s: liveness.Span) -> str:
+    last = "-" if s[1] is None else str(s[1])
+    return f"[{s[0]}, {last}]"
+
+
+# -- plan reuse for another graph ------------------------------------------------------------
+
+_OUTSIDE = -1  # a source that is neither a node nor a leaf of the graph
+
+
+def graph_signature(model: TraceModel, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Per-position signatures of a graph's nodes and leafs.
+
+    A signature is what a plan entry depends on besides the size: name, op, type, flags,
+    and where the view source and the sources sit in the graph (node ``i`` is ``i``, leaf
+    ``j`` is ``-2 - j``, outside the graph ``-1``). Shapes are left out on purpose: a plan
+    reserved for the largest batch and applied to a smaller graph of the same structure
+    is ggml's intended use (the liveness is the same and every size fits), so only a
+    change of structure is a mismatch.
+    """
+    nodes, leafs = graph.nodes, graph.leafs
+    pos = {t: -2 - j for j, t in enumerate(leafs)}
+    pos.update({t: i for i, t in enumerate(nodes)})
+    tensors = model.tensors
+    get = pos.get
+
+    def sig(t: int) -> tuple[Any, ...]:
+        info = tensors.get(t)
+        if info is None:
+            return (t,)
+        vs = info.view_src
+        return (info.name, info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None,
+                tuple([get(s, _OUTSIDE) if s >= 0 else None for s in info.srcs]))
+
+    return (tuple([sig(t) for t in nodes]), tuple([sig(t) for t in leafs]))
+
+
+class _Signatures:
+    """Signatures of graphs, cached per plan (plan graphs are compared again and again)."""
+
+    def __init__(self, model: TraceModel) -> None:
+        self.model = model
+        self.by_plan: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+
+    def of_plan(self, plan_id: int, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        sig = self.by_plan.get(plan_id)
+        if sig is None:
+            sig = self.by_plan[plan_id] = graph_signature(self.model, graph)
+        return sig
+
+
+def check_bindings(model: TraceModel, col: Collector) -> None:
+    """Overlaps, dangling roots and plan mismatches of every successful binding, in order."""
+    sigs = _Signatures(model)
+    clean: set[Any] = set()
+    for b in sorted(model.bindings.values(), key=lambda b: b.begin_seq):
+        if not b.ok or b.graph is None:
+            continue
+        sig = graph_signature(model, b.graph)
+        _check_plan_match(model, b, col, sig, sigs)
+        key = _layout_key(model, b, sig)
+        if key is not None and key in clean:
+            continue
+        before = col.n_findings
+        _check_binding(model, b, col)
+        if key is not None and col.n_findings == before:
+            clean.add(key)
+
+
+def _layout_key(model: TraceModel, b: BindingInfo, sig: tuple[Any, ...]) -> Any:
+    """Structure plus, per position, where its root's bytes are and whether they are stale:
+    two bindings with equal keys have the same overlaps and liveness. None: not cacheable."""
+    assert b.graph is not None
+    # roots reached only as a source from outside the graph make the signature ambiguous
+    for s in sig[0]:
+        if len(s) > 5 and _OUTSIDE in s[5]:
+            return None
+    seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
+    tensors = model.tensors
+    placements = model.placements
+    layout: list[Any] = []
+    used: set[int] = set()
+    for t in (*b.graph.nodes, *b.graph.leafs):
+        info = tensors.get(t)
+        if info is None:
+            return None
+        r = info.view_src if info.view_src >= 0 else t
+        rinfo = tensors.get(r)
+        p = None
+        if rinfo is not None and rinfo.placements:
+            last = placements[rinfo.placements[-1]]
+            p = last if last.seq <= seq < last.end_seq else model.placement_at(r, seq)
+        if p is None:
+            layout.append(None)
+        else:
+            layout.append((p.buffer_id, p.offset, p.nbytes, p.stale_seq <= seq))
+            used.add(p.buffer_id)
+    freed = tuple(sorted(x for x in used if x in model.buffers and model.buffers[x].freed_seq <= seq))
+    return (sig, tuple(layout), freed)
+
+
+def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tuple[Any, ...],
+                      sigs: _Signatures) -> None:
+    plan = model.plans.get(b.plan_id)
+    if plan is None or plan.graph is None or b.graph is None:
+        return
+    pg, bg = plan.graph, b.graph
+    p_nodes, b_nodes = pg.nodes, bg.nodes
+    p_leafs, b_leafs = pg.leafs, bg.leafs
+    if p_nodes == b_nodes and p_leafs == b_leafs:
+        return
+    psig = sigs.of_plan(plan.plan_id, pg)
+    if psig == sig:
+        return
+    diffs: list[tuple[str, int, int, int]] = []
+    for what, a, c, sa, sc in (("node", p_nodes, b_nodes, psig[0], sig[0]), ("leaf", p_leafs, b_leafs, psig[1],
+                                                                              sig[1])):
+        for i in range(min(len(a), len(c))):
+            if sa[i] != sc[i]:
+                diffs.append((what, i, a[i], c[i]))
+        if len(a) != len(c):
+            diffs.append((what + " count", min(len(a), len(c)), -1, -1))
+    if not diffs:
+        return
+    what, pos, was, now = diffs[0]
+    key = (HazardKind.PLAN_MISMATCH, now, was, b.galloc_id)
+    if col.bump(key, b.begin_seq, b.binding_id):
+        return
+    if now < 0:
+        detail = (f"plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
+                  f"the graph {len(b_nodes)} / {len(b_leafs)}")
+    else:
+        detail = (f"{what} {pos}: the plan was made for {_sig_text(model, was)}, the graph has {_sig_text(model, now)}"
+                  f" ({len(diffs)} position(s) differ); the size-only check let the old offsets through")
+    col.add(key, lambda: Hazard(
+        HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
+        if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
+        access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
+               f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
+        access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail=detail, binding_id=b.binding_id,
+        node_index=pos,
+    ), b.binding_id)
+
+
+def _sig_text(model: TraceModel, t: int) -> str:
+    info = model.tensors.get(t)
+    if info is None:
+        return f"#{t}"
+    shape = ",".join(str(n) for n in info.ne)
+    return f"{info.label!r} ({info.op} {info.dtype}[{shape}])"
+
+
+# -- re-plans --------------------------------------------------------------------------------
+
+def check_replans(model: TraceModel, col: Collector) -> None:
+    per_galloc: dict[int, int] = {}
+    for r in model.replans:
+        if r.cause is ev.ReplanCause.FIRST or r.cause == "first":
+            continue
+        cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
+        per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
+        key = (HazardKind.REPLAN, r.galloc_id, cause)
+        if col.bump(key, r.seq, -1):
+            continue
+        where = f" at node {r.node_index}" if r.node_index >= 0 else ""
+        col.add(key, lambda r=r, cause=cause, where=where: Hazard(
+            HazardKind.REPLAN, r.seq, tensor_ref(model, r.tensor_id) if r.tensor_id >= 0 else None,
+            access=f"galloc #{r.galloc_id} planned again: {cause}{where}", access_loc=r.loc,
+            detail=r.detail, cause=cause), -1)
+    for galloc, n_replans in per_galloc.items():
+        bindings = [b for b in model.bindings.values() if b.galloc_id == galloc]
+        if len(bindings) >= 3 and n_replans >= len(bindings) - 1:
+            first = min(bindings, key=lambda b: b.begin_seq)
+            key = (HazardKind.REPLAN, galloc, "churn")
+            col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
+                HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
+                access_loc=first.loc, cause="churn",
+                detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
+                       "tensor placed by the previous binding goes stale; reserve the largest graph once, or "
+                       "use one allocator per graph"), -1)
