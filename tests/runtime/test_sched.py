@@ -363,3 +363,19 @@ def test_unconsumed_unassigned_leaf_is_refused():
     set_input(a)  # inputs start on the CPU backend
     s2 = Scheduler([SimBackend(), CPUBackend()])
     assert s2.alloc_graph(g) and s2.leaf_backend_ids[:1] == [1]
+
+
+def test_resplitting_a_rewritten_graph_is_refused():
+    m = TwoBackends()
+    assert m.sched.alloc_graph(m.g)
+    m.sched.reset()
+    with pytest.raises(SchedulerError, match="input copy made when this scheduler split the graph before"):
+        m.sched.alloc_graph(m.g)
+    m.build()  # a fresh graph is fine
+    assert m.sched.alloc_graph(m.g)
+    # a graph without cross-backend sources can be allocated again and again
+    sched = Scheduler([CPUBackend()])
+    g = g_mlp()
+    for _ in range(3):
+        assert sched.alloc_graph(g)
+        sched.reset()

@@ -380,14 +380,39 @@ def build_sched_graph(sched: Scheduler, graph: Graph) -> None:
     sched.graph = sg
 
 
+def _refuse_old_copies(sched: Scheduler, graph: Graph) -> None:
+    """A graph split before by this scheduler reads input copies from a freed context.
+
+    ggml reuses that context's memory for the next split's tensors, so the rewritten
+    source pointers alias whatever tensor lands in their slot (undefined behaviour, wrong
+    numbers in practice). vizalloc cannot reproduce that aliasing and refuses instead.
+    """
+    old = set(sched._old_ctx_ids)
+    if sched.ctx is not None:
+        old.add(sched.ctx.id)  # freed right below
+    if not old:
+        return
+    for node in graph.nodes:
+        for s in node.src:
+            if s is not None and s.ctx.id in old:
+                raise SchedulerError(
+                    f"node {_label(node)} of graph #{graph.id} reads {_label(s)}, an input copy made when this "
+                    "scheduler split the graph before (the scheduler rewrites sources that cross backends, and "
+                    "those copies died with the next split); build a fresh graph for every alloc_graph, as ggml "
+                    "expects"
+                )
+
+
 def split_graph(sched: Scheduler, graph: Graph) -> None:
     """``ggml_backend_sched_split_graph`` (all passes), with SchedSplit events."""
+    _refuse_old_copies(sched, graph)
     sched.splits = []
     sched.graph_inputs = []
     sched.is_reset = False
     # the private context of input copies is recreated: last split's copies now dangle
     if sched.ctx is not None:
         sched.ctx.free()
+        sched._old_ctx_ids.add(sched.ctx.id)
     sched.ctx = Context(name=f"sched{sched.id}", no_alloc=True)
     assign_backends(sched, graph)
     make_splits(sched, graph)

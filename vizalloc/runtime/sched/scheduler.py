@@ -25,6 +25,10 @@ Known differences from ggml (documented, deliberate):
   copied whole (same values where the op reads them).
 * Hash-table capacity is checked as ggml asserts it (``n_nodes + n_leafs`` against
   ``ggml_hash_size(graph_size)``, and no more distinct tensors than that between resets).
+* Splitting a graph whose sources an earlier split rewrote to input copies raises
+  ``SchedulerError``: in ggml those copies' memory is reused by the next split's tensors
+  (undefined behaviour); build a fresh graph for every ``alloc_graph``.
+* A leaf that nothing reads or assigns raises ``SchedulerError`` (ggml reads ``bufts[-1]``).
 """
 
 from __future__ import annotations
@@ -160,6 +164,7 @@ class Scheduler:
         self.next_copy = 0
         #: private no-alloc context of the input copies, recreated by every split
         self.ctx: Context | None = None
+        self._old_ctx_ids: set[int] = set()  # copy contexts of earlier splits (freed)
         self.callback_eval: EvalCallback | None = None
         self.is_reset = False
         self.is_alloc = False
