@@ -62,7 +62,8 @@ class Fix(str, enum.Enum):
     Every strategy but ``dup`` hands the scheduler the *original* tensors, so with several
     backends the scheduler's rewrites of their sources (to its input copies, which die at
     the next split) persist on them (semantics §7.5); the next use of such a source is a
-    use-after-free in ggml and a ``ContextError`` here. They are single-backend cures.
+    use-after-free in ggml and an error here (the scheduler names the dead copy). They are
+    single-backend cures.
     """
 
     NONE = "none"
