@@ -123,9 +123,12 @@ def _scalar(t: Tensor) -> float:
     return float(tensor_get(t).reshape(-1)[0])
 
 
-@pytest.fixture
-def sched() -> Scheduler:
-    return Scheduler([CPUBackend()])
+@pytest.fixture(params=["cpu", "cpu_cpu"])
+def sched(request: pytest.FixtureRequest) -> Scheduler:
+    """One CPU backend, and test-opt.cpp's own setup: the backend under test put in front of
+    the list of all backends, which on a CPU-only machine is the same CPU backend twice."""
+    cpu = CPUBackend()
+    return Scheduler([cpu] if request.param == "cpu" else [cpu, cpu])
 
 
 # -- test_dataset ------------------------------------------------------------------------
