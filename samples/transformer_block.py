@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("sim", "cuda"), default="sim",
                    help="sim: the simulated device; cuda: CudaBackend(0), needs cupy and a GPU (default: sim)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and input (default: 0)")
+    p.add_argument("--assignments", action="store_true",
+                   help="also print every node's backend, as GGML_SCHED_DEBUG=2 does")
     args = p.parse_args(argv)
     try:
         cfg = tb.BlockConfig(args.d_model, args.heads, args.ff, args.tokens)
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     except (VizallocError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.assignments:
+        print(r.assignments)
     print(f"{r.n_splits} splits:")
     for s in r.splits:
         inputs = f"  <- copies of {', '.join(s.inputs)}" if s.inputs else ""

@@ -379,3 +379,12 @@ def test_resplitting_a_rewritten_graph_is_refused():
     for _ in range(3):
         assert sched.alloc_graph(g)
         sched.reset()
+
+
+def test_format_assignments():
+    m = TwoBackends()
+    assert m.sched.alloc_graph(m.g)
+    text = m.sched.format_assignments(m.g)
+    assert text.splitlines()[0] == "## SPLIT #0: SIM # 1 inputs: [x (128 B)]"
+    assert "node #  1 (UNARY): r (128 B) [CPU] <- CPU#h#0 [NULL]" in text
+    assert text.count("## SPLIT") == 3

@@ -70,6 +70,8 @@ def test_transformer_block_tiny(capsys):
     assert mod.main(["--d-model", "8", "--heads", "2", "--ff", "16", "--tokens", "4", "--sim-ops", "MUL_MAT"]) == 0
     out = capsys.readouterr().out
     assert "SIM#" in out and "CPU#" in out and "vs CPU-only run: 0" in out
+    assert mod.main(["--tokens", "4", "--assignments"]) == 0
+    assert "## SPLIT #0" in capsys.readouterr().out
 
 
 def test_transformer_block_bad_config(capsys):

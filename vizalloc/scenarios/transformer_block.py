@@ -79,6 +79,7 @@ class BlockResult:
     output: np.ndarray
     max_abs_diff_cpu: float                # vs the CPU-only scheduler
     max_abs_diff_numpy: float              # vs the numpy implementation
+    assignments: str = ""                  # Scheduler.format_assignments (GGML_SCHED_DEBUG=2 style)
 
     @property
     def n_splits(self) -> int:
@@ -246,4 +247,5 @@ def run(
         cpu_only_buffer_nbytes=cpu_sched.buffer_size(0), weights_nbytes=weights_nbytes, output=output,
         max_abs_diff_cpu=float(np.max(np.abs(output - cpu_output))),
         max_abs_diff_numpy=float(np.max(np.abs(output - ref))),
+        assignments=sched.format_assignments(g),
     )

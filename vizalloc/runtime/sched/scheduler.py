@@ -405,9 +405,35 @@ class Scheduler:
                     break  # as in ggml: stops this split only
                 j0 = j1 + 1
 
+    def format_assignments(self, graph: Graph) -> str:
+        """The splits of the last split ``graph`` as ``GGML_SCHED_DEBUG=2`` prints them:
+        each split with its backend and inputs, then every non-view node with its backend
+        and its sources' backends (``ggml_backend_sched_print_assignments``)."""
+        lines: list[str] = []
+        starts = {sp.i_start: (k, sp) for k, sp in enumerate(self.splits)}
+        for i, node in enumerate(graph.nodes):
+            if i in starts:
+                k, sp = starts[i]
+                inputs = " ".join(f"[{t.name} ({t.nbytes} B)]" for t in sp.inputs)
+                lines.append(f"## SPLIT #{k}: {self.backends[sp.backend_id].name} # {len(sp.inputs)} inputs"
+                             + (f": {inputs}" if inputs else ""))
+            if node.op.name in ("VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"):
+                continue
+            b = self.get_tensor_backend(node)
+            srcs = " ".join(
+                f"{s.name} [{(self.get_tensor_backend(s) or _NoBackend).name}]" for s in node.src if s is not None
+            )
+            lines.append(f"node #{i:3d} ({node.op.name}): {node.name} ({node.nbytes} B) "
+                         f"[{(b or _NoBackend).name}] <- {srcs}")
+        return "\n".join(lines)
+
     def __repr__(self) -> str:
         names = ", ".join(b.name for b in self.backends)
         return f"<Scheduler #{self.id} [{names}] {self.n_splits} splits, {self.n_copies} copies>"
+
+
+class _NoBackend:
+    name = "NULL"
 
 
 def _first_buft_change(cur: list[int], prev: list[int], n: int, bufts: list[BufferType]) -> int | None:
