@@ -95,10 +95,17 @@ def test_build_types_limit_the_graphs() -> None:
     fwd.eval(OptResult())
     with pytest.raises(UsageError, match="no OPT graph"):
         fwd.alloc(backward=True)
-    grad, _ = make(build_type=BuildType.GRAD, opt_period=2)
-    assert grad.gb_grad is not None and grad.gb_opt is None
-    grad.alloc(backward=True)  # first of two: a GRAD step
-    grad.eval(None)
+    # ggml-opt aborts on a GRAD-only context (GGML_ASSERT build_type_alloc == OPT, checked
+    # with ggml-python in a subprocess while writing this test); vizalloc refuses likewise
+    with pytest.raises(UsageError, match="build type GRAD"):
+        make(build_type=BuildType.GRAD, opt_period=2)
+    opt, _ = make(opt_period=2)
+    opt.alloc(backward=True)  # first of two physical batches: the GRAD graph
+    assert opt.allocated_graph is opt.gb_grad
+    opt.eval(None)
+    opt.alloc(backward=True)  # second: the OPT graph
+    assert opt.allocated_graph is opt.gb_opt
+    opt.eval(None)
 
 
 def test_misuse_raises_usage_errors() -> None:

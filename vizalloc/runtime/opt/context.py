@@ -273,7 +273,12 @@ class OptContext:
             graph_reset(self.gb_grad)
 
         if self.build_type_alloc != BuildType.OPT:
-            return  # ggml asserts OPT here; only a GRAD build with buf_static set reaches it
+            # ggml-opt at d99724f2 asserts here: a context built for GRAD cannot be created
+            raise UsageError(
+                "build type GRAD cannot be initialised: ggml-opt asserts build_type_alloc == OPT after building "
+                "the gradient graph (GGML_ASSERT in ggml_opt_build); use BuildType.OPT with opt_period > 1 "
+                "to accumulate gradients"
+            )
 
         # gb_opt: forward pass, backward pass, then one optimizer step per parameter
         self.gb_opt = self.gb_grad.dup()
