@@ -95,8 +95,7 @@ def test_build_types_limit_the_graphs() -> None:
     fwd.eval(OptResult())
     with pytest.raises(UsageError, match="no OPT graph"):
         fwd.alloc(backward=True)
-    # ggml-opt aborts on a GRAD-only context (GGML_ASSERT build_type_alloc == OPT, checked
-    # with ggml-python in a subprocess while writing this test); vizalloc refuses likewise
+    # ggml-opt aborts on a GRAD-only context (see the next test); vizalloc refuses likewise
     with pytest.raises(UsageError, match="build type GRAD"):
         make(build_type=BuildType.GRAD, opt_period=2)
     opt, _ = make(opt_period=2)
@@ -106,6 +105,40 @@ def test_build_types_limit_the_graphs() -> None:
     opt.alloc(backward=True)  # second: the OPT graph
     assert opt.allocated_graph is opt.gb_opt
     opt.eval(None)
+
+
+_GGML_GRAD_ONLY = """
+import ggml
+backend = ggml.ggml_backend_cpu_init()
+arr = (ggml.ggml_backend_t_ctypes * 1)(backend)
+sched = ggml.ggml_backend_sched_new(arr, None, 1, 2048, False, True)
+ip = ggml.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
+cs, cc = ggml.ggml_init(ip), ggml.ggml_init(ip)
+x = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, 1)
+w = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, 1)
+ggml.ggml_set_param(w)
+out = ggml.ggml_scale(cc, ggml.ggml_add(cc, x, w), 1.0)
+buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
+op = ggml.ggml_opt_default_params(sched, ggml.GGML_OPT_LOSS_TYPE_SUM)
+op.ctx_compute, op.inputs, op.outputs = cc, x, out
+op.build_type, op.opt_period = ggml.GGML_OPT_BUILD_TYPE_GRAD, 2
+ggml.ggml_opt_init(op)
+print("initialised")
+"""
+
+
+def test_ggml_itself_aborts_on_a_grad_only_context() -> None:
+    """The behaviour the refusal above reproduces, observed in real ggml (a child process)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("ggml", reason="ggml-python 0.0.45 is the oracle")
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    proc = subprocess.run([sys.executable, "-c", _GGML_GRAD_ONLY], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode != 0 and "initialised" not in proc.stdout
+    assert "GGML_ASSERT(opt_ctx->build_type_alloc == GGML_OPT_BUILD_TYPE_OPT) failed" in proc.stderr
 
 
 def test_misuse_raises_usage_errors() -> None:
