@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,7 +85,10 @@ class TraceSession:
         self._flushed = 0            # items already written
         self._dropped = 0            # items written and dropped (keep_events=False)
         self._value_bytes = 0
-        self._last_flush_ns = 0
+        # flush when an event is stamped at or after this time, or this many items wait
+        # (no file: never; ComputeEnd still calls _flush, which returns at once)
+        self._deadline_ns = 1 << 62
+        self._flush_at = 1 << 62
         self._file: Any = None
         self._writer: TraceFileWriter | None = None
         self._timer: threading.Thread | None = None
@@ -107,9 +111,9 @@ class TraceSession:
             self._writer = TraceFileWriter(self._file, self.header, compress_level=self._compress_level)
             self._timer = threading.Thread(target=self._tick, name="vizalloc-trace-flush", daemon=True)
             self._timer.start()
-        import time
-
-        self._last_flush_ns = time.perf_counter_ns()
+        if self._writer is not None:
+            self._deadline_ns = time.perf_counter_ns() + self._interval_ns
+            self._flush_at = self._max_pending
         self.active = True
         recorder.push(self)
         return self
@@ -155,34 +159,36 @@ class TraceSession:
     def record(self, event: ev.Event) -> None:
         """Called by ``recorder.emit`` under its lock when some recorder wants event objects."""
         self._rows_only = False
-        self.record_row(event.__class__, event)  # an event is handled like a row here
+        cls = event.__class__
+        self._kinds.append(cls)
+        self._items.append(event)  # kept as is; the encoder reads its fields
+        if cls is _ValueSnapshot:
+            self._value_bytes += len(event.data)  # type: ignore[attr-defined]
+        if (cls is _ComputeEnd or event.t_ns >= self._deadline_ns or len(self._items) >= self._flush_at
+                or self._value_bytes >= self._max_value_bytes):
+            self._flush()
 
-    def record_row(self, cls: type[ev.Event], row: Any) -> None:
-        """Called by ``recorder.emit`` under its lock: ``row`` is ``(seq, t_ns, loc, *fields)``."""
+    def record_row(self, cls: type[ev.Event], row: tuple[Any, ...]) -> None:
+        """Called by ``recorder.emit`` under its lock: ``row`` is ``(seq, t_ns, loc, *fields)``.
+
+        The hot path of a file trace: two appends and one combined test.
+        """
         items = self._items
         self._kinds.append(cls)
         items.append(row)
-        if self._writer is None:
-            return
-        if cls is _ValueSnapshot:
-            data = row[-1] if type(row) is tuple else row.data
-            self._value_bytes += len(data)
-        if (
-            cls is _ComputeEnd
-            or (row[1] if type(row) is tuple else row.t_ns) - self._last_flush_ns >= self._interval_ns
-            or len(items) - self._flushed >= self._max_pending
-            or self._value_bytes >= self._max_value_bytes
-        ):
+        if cls is _ComputeEnd or row[1] >= self._deadline_ns or len(items) >= self._flush_at:
             self._flush()
+        elif cls is _ValueSnapshot:
+            self._value_bytes += len(row[-1])
+            if self._value_bytes >= self._max_value_bytes:
+                self._flush()
 
     def _flush(self) -> None:
         """Write pending events as one chunk (caller holds ``recorder._lock``)."""
         writer = self._writer
         if writer is None or self.error is not None:
             return
-        import time
-
-        self._last_flush_ns = time.perf_counter_ns()
+        self._deadline_ns = time.perf_counter_ns() + self._interval_ns
         start = self._flushed
         if start >= len(self._items):
             return
@@ -201,6 +207,7 @@ class TraceSession:
             self._kinds.clear()
             self._rows_only = True
             self._flushed = 0
+        self._flush_at = self._flushed + self._max_pending
 
     def flush(self) -> None:
         """Write pending events now."""

@@ -158,7 +158,24 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
     if not sinks:
         return None
     if loc is _NOT_GIVEN:
-        loc = _locate(_getframe(1))
+        # _locate, inlined: this runs for every event
+        frame = _getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            try:
+                lines = _code_lines[id(code)]
+            except KeyError:
+                lines = _lines_of(code)
+            if lines is None:
+                frame = frame.f_back
+                continue
+            lineno = frame.f_lineno
+            loc = lines.get(lineno)
+            if loc is None:
+                loc = lines[lineno] = Location(code.co_filename, lineno, code.co_name)
+            break
+        else:
+            loc = None
     row_sinks = _row_sinks
     if row_sinks and _arity.get(cls) == len(payload):
         with _lock:
