@@ -251,8 +251,13 @@ def _sig_text(model: TraceModel, t: int) -> str:
 
 def check_replans(model: TraceModel, col: Collector) -> None:
     per_galloc: dict[int, int] = {}
+    first_plan: dict[int, int] = {}
+    for p in model.plans.values():
+        if p.galloc_id not in first_plan or p.begin_seq < first_plan[p.galloc_id]:
+            first_plan[p.galloc_id] = p.begin_seq
     for r in model.replans:
-        if r.cause is ev.ReplanCause.FIRST or r.cause == "first":
+        # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
+        if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
             continue
         cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
         per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
