@@ -60,7 +60,8 @@ def graph_get_grad_acc(graph: Graph, t: Tensor) -> Tensor | None:
 
 # -- the four ways ggml updates a source's gradient -------------------------------
 
-def _finish(ctx: Context, graph: Graph, src: Tensor, new_grad: Tensor) -> None:
+def _finish(graph: Graph, src: Tensor, new_grad: Tensor) -> None:
+    """Store the new gradient, name it as ggml does, and append it to the graph."""
     graph.grads[src.id] = new_grad
     new_grad.set_name(f"grad for {src.name}")
     graph.build_forward_expand(new_grad)
@@ -74,7 +75,7 @@ def _add_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
         new = ops.add_inplace(ctx, cur, t) if inplace else ops.add(ctx, cur, t)
     else:
         new = t
-    _finish(ctx, graph, src, new)
+    _finish(graph, src, new)
 
 
 def _acc_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor, nb1: int, nb2: int, nb3: int,
@@ -89,7 +90,7 @@ def _acc_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor, nb1: int, nb
     else:
         a_zero = ops.scale(ctx, src, 0.0)  # ggml's FIXME: NaN if src holds inf/NaN
         new = ops.acc(ctx, a_zero, t, nb1, nb2, nb3, offset)
-    _finish(ctx, graph, src, new)
+    _finish(graph, src, new)
 
 
 def _add1_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
@@ -100,7 +101,7 @@ def _add1_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
         new = ops.add1_inplace(ctx, cur, t) if inplace else ops.add1(ctx, cur, t)
     else:
         new = ops.repeat(ctx, t, src)
-    _finish(ctx, graph, src, new)
+    _finish(graph, src, new)
 
 
 def _sub_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
@@ -111,7 +112,7 @@ def _sub_or_set(ctx: Context, graph: Graph, src: Tensor, t: Tensor) -> None:
         new = ops.sub_inplace(ctx, cur, t) if inplace else ops.sub(ctx, cur, t)
     else:
         new = ops.neg(ctx, t)
-    _finish(ctx, graph, src, new)
+    _finish(graph, src, new)
 
 
 # -- op parameters, read as ggml reads its int32/float op_params --------------------
