@@ -446,3 +446,21 @@ def test_dynamic_graphs_match_ggml_opt(optimizer: OptimizerType) -> None:
     np.testing.assert_allclose(losses, ref_losses, rtol=2e-5, atol=1e-6)
     for mine, theirs in zip(weights, ref_weights):
         np.testing.assert_allclose(mine, theirs, rtol=2e-5, atol=1e-6)
+
+
+# -- what the analysis sees -----------------------------------------------------------------
+
+def test_traced_training_shows_hazards_only_without_a_fix() -> None:
+    """Traced and analysed, the same training has stale-overlap and use-after-reuse hazards
+    under ``fix="none"`` and none under any fix (re-plans are expected at every switch)."""
+    from vizalloc.analysis import HazardKind, build_model, find_hazards
+    from vizalloc.trace.api import trace
+
+    found = {}
+    for fix in ("none", "dup", "clear", "invalidate", "static"):
+        with trace() as t:
+            train_vizalloc(Setup(epochs=1), fix)
+        found[fix] = {h.kind for h in find_hazards(build_model(t.trace))}
+    assert {HazardKind.STALE_OVERLAP, HazardKind.USE_AFTER_REUSE} <= found["none"]
+    for fix in ("dup", "clear", "invalidate", "static"):
+        assert found[fix] <= {HazardKind.REPLAN}, (fix, found[fix])
