@@ -1,0 +1,252 @@
+"""The vizalloc TUI: a Textual app over one trace, handed in (a ``Trace``, events, or a
+path the CLI checked); nothing is read from ``sys.argv``.
+
+    from vizalloc.tui.app import VizallocApp
+    VizallocApp("run.vztrace").run()          # or VizallocApp(trace)
+
+Loading runs in a thread worker: the file is read in batches and pre-scanned for the
+timeline, which shows at once; the model, the hazards and the tensor rows follow, with
+a progress bar, and the other panes fill in when they are ready.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import ProgressBar, Static
+
+from vizalloc.errors import VizallocError
+from vizalloc.tui.data import Analysis, analyse, read_events
+from vizalloc.tui.inert import inert, inert_text
+from vizalloc.tui.messages import LoadFailed, LoadProgress, TraceAnalysed
+from vizalloc.tui.screens.graph import GraphScreen
+from vizalloc.tui.screens.hazards import HazardsScreen
+from vizalloc.tui.screens.help import HelpScreen
+from vizalloc.tui.screens.memory_map import MapScreen
+from vizalloc.tui.screens.tensors import TensorsScreen
+from vizalloc.tui.screens.timeline import TimelineScreen
+from vizalloc.tui.steps import Prescan, count_hazards
+
+#: ``writer(suffix, text) -> where it went``; supplied by the CLI (the only code that writes files).
+ExportWriter = Callable[[str, str], str]
+
+_PHASES = {"read": "reading", "model": "building the model", "hazards": "finding hazards",
+           "tensors": "indexing tensors"}
+
+
+@dataclass(frozen=True)
+class MapTarget:
+    """Where the memory map should open: a binding, a buffer, a byte and a step, tensors to mark."""
+
+    binding_id: int
+    buffer_id: int = -1
+    offset: int | None = None
+    step: int | None = None
+    selected: frozenset[int] = frozenset()
+
+
+class VizallocApp(App[None]):
+    """Browse a trace: timeline, memory map, tensors, hazards, graph."""
+
+    CSS_PATH = "vizalloc.tcss"
+    TITLE = "vizalloc"
+
+    MODES: ClassVar[dict[str, Any]] = {
+        "timeline": TimelineScreen, "map": MapScreen, "tensors": TensorsScreen,
+        "hazards": HazardsScreen, "graph": GraphScreen,
+    }
+    DEFAULT_MODE = "timeline"
+    PANES: ClassVar[list[tuple[str, str]]] = [
+        ("timeline", "Timeline"), ("map", "Memory map"), ("tensors", "Tensors"), ("hazards", "Hazards"),
+        ("graph", "Graph"),
+    ]
+    """The panes in tab order, with the labels of the title line."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("e", "export", "Export"),
+        Binding("1", "pane_to('timeline')", "Timeline", show=False),
+        Binding("2", "pane_to('map')", "Memory map", show=False),
+        Binding("3", "pane_to('tensors')", "Tensors", show=False),
+        Binding("4", "pane_to('hazards')", "Hazards", show=False),
+        Binding("5", "pane_to('graph')", "Graph", show=False),
+    ]
+
+    def __init__(self, source: Any, *, label: str | None = None, export: ExportWriter | None = None) -> None:
+        """
+        Args:
+            source: a ``Trace``, a sequence of events, or the path of a trace file.
+            label: how to name the trace in the title line (default: the path or "trace").
+            export: writes an exported view; without it ``e`` says export is unavailable.
+        """
+        super().__init__()
+        self.source = source
+        is_path = isinstance(source, (str, os.PathLike))
+        self.source_label = inert_text(label if label is not None else (os.fspath(source) if is_path else "trace"),
+                                       "bold", 60)
+        self.export_writer = export
+        self.scan = Prescan()
+        self.analysis: Analysis | None = None
+        self.version = 0
+        self.selected_binding = -1
+        self.map_target: MapTarget | None = None
+        self.load_phase = "read"
+        self.load_fraction = 0.0
+        self.loaded = False
+        self.load_error = ""
+
+    # -- loading --------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def load(self) -> None:
+        """Read, pre-scan and analyse the trace off the UI thread."""
+        try:
+            src = self.source
+            header = None
+            if isinstance(src, (str, os.PathLike)):
+                events, header = read_events(src, self.scan, lambda d, t: self.post_message(
+                    LoadProgress("read", d, t)))
+            else:
+                events = list(getattr(src, "events", src))
+                header = getattr(src, "header", None)
+                chunk = 1 << 16
+                for lo in range(0, len(events), chunk):
+                    self.scan.feed(events[lo:lo + chunk])
+                    self.post_message(LoadProgress("read", min(lo + chunk, len(events)), len(events)))
+            self.post_message(LoadProgress("model", 0, max(len(events), 1)))
+            analysis = analyse(events, header, lambda p, d, t: self.post_message(LoadProgress(p, d, t)))
+            count_hazards(self.scan.steps, analysis.hazards)
+            self.post_message(TraceAnalysed(analysis))
+        except VizallocError as exc:
+            self.post_message(LoadFailed(inert(str(exc), 300)))
+        except Exception as exc:  # noqa: BLE001 - shown in the app instead of a traceback on a raw terminal
+            self.post_message(LoadFailed(inert(f"{type(exc).__name__}: {exc}", 300)))
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        self.load_phase = message.phase
+        self.load_fraction = message.done / message.total if message.total else 0.0
+        screen = self.screen
+        if message.phase == "read" and isinstance(screen, TimelineScreen):
+            screen.steps_grew()
+        self.refresh_loadbar(screen)
+
+    def on_trace_analysed(self, message: TraceAnalysed) -> None:
+        self.analysis = message.analysis
+        self.loaded = True
+        self.version += 1
+        if self.selected_binding < 0 and self.analysis.model.bindings:
+            self.selected_binding = self.first_interesting_binding()
+        screen = self.screen
+        self.refresh_loadbar(screen)
+        if hasattr(screen, "data_changed"):
+            screen._seen_version = self.version  # type: ignore[attr-defined]
+            screen.data_changed()
+
+    def on_load_failed(self, message: LoadFailed) -> None:
+        self.load_error = message.text
+        self.loaded = True
+        self.refresh_loadbar(self.screen)
+        self.notify(message.text, title="cannot load the trace", severity="error", timeout=30)
+
+    def first_interesting_binding(self) -> int:
+        """The binding of the first hazard with one, else the last binding."""
+        a = self.analysis
+        assert a is not None, "no analysis yet"
+        for h in a.hazards:
+            if h.tensor_id >= 0:
+                return a.hazard_binding(h)
+        return max(a.model.bindings) if a.model.bindings else -1
+
+    def refresh_loadbar(self, screen: Screen[Any]) -> None:
+        bars = screen.query("#loadbar")
+        if not bars:
+            return
+        bar = bars.first()
+        bar.set_class(self.loaded and not self.load_error, "-done")
+        text = screen.query_one("#loadtext", Static)
+        if self.load_error:
+            text.update(Text("error: " + self.load_error, style="bold red"))
+            return
+        n = len(self.scan.steps)
+        text.update(Text(f"{_PHASES.get(self.load_phase, self.load_phase)}… {self.scan.n_events:,} events, "
+                         f"{n:,} steps"))
+        screen.query_one("#loadprogress", ProgressBar).update(progress=round(self.load_fraction * 100))
+
+    # -- navigation -------------------------------------------------------------------
+    def action_pane(self, delta: int) -> None:
+        names = [m for m, _ in self.PANES]
+        current = self.current_mode if self.current_mode in names else names[0]
+        self.switch_mode(names[(names.index(current) + delta) % len(names)])
+
+    def action_pane_to(self, mode: str) -> None:
+        self.switch_mode(mode)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.screen))
+
+    def show_map(self, target: MapTarget) -> None:
+        """Open the memory map at a binding, byte and step."""
+        self.selected_binding = target.binding_id
+        self.map_target = target
+        if self.current_mode == "map":
+            screen = self.screen
+            if isinstance(screen, MapScreen):
+                screen.apply_target()
+                return
+        self.switch_mode("map")
+
+    def show_tensor(self, tensor_id: int) -> None:
+        from vizalloc.tui.screens.detail import DetailScreen
+
+        if self.analysis is not None and tensor_id in self.analysis.model.tensors:
+            self.push_screen(DetailScreen(tensor_id))
+
+    # -- export ---------------------------------------------------------------------------
+    def action_export(self) -> None:
+        screen = self.screen
+        request = screen.export_request() if hasattr(screen, "export_request") else None
+        if self.analysis is None:
+            self.notify("the trace is still being analysed; try again when the progress bar is gone")
+            return
+        if request is None:
+            self.notify("nothing to export here: no bound graph is selected")
+            return
+        if self.export_writer is None:
+            self.notify("export is not available in this session (no output directory)", severity="warning")
+            return
+        self.export_view(*request)
+
+    @work(thread=True, group="export")
+    def export_view(self, fmt: str, binding_id: int) -> str:
+        """Export through ``vizalloc.export`` and write with the injected writer."""
+        from vizalloc.export.api import Analysed, Format, Options, export_text
+        from vizalloc.export.findings import highlights
+
+        a = self.analysis
+        assert a is not None and self.export_writer is not None, "export without analysis or writer"
+        try:
+            analysed = Analysed(a.model, a.hazards, highlights(a.hazards), a.header)
+            text = export_text(analysed, fmt, Options(binding_id=binding_id))
+            where = self.export_writer(f".b{binding_id}{Format(fmt).suffix}", text)
+        except (VizallocError, OSError) as exc:
+            self.call_from_thread(self.notify, inert(str(exc), 300), title="export failed", severity="error")
+            return ""
+        self.call_from_thread(self.notify, inert(f"wrote {where}", 300), title=f"exported {fmt}")
+        return where
+
+
+def run_app(source: Any, *, label: str | None = None, export: ExportWriter | None = None,
+            events: Sequence[Any] | None = None) -> None:
+    """Run the app in the terminal until the user quits."""
+    VizallocApp(events if events is not None else source, label=label, export=export).run()

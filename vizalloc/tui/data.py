@@ -1,0 +1,122 @@
+"""Everything the screens show, computed once in a worker: the model, the hazards, the
+tensor rows, and memory maps on demand (cached).
+
+    >>> a = analyse([])
+    >>> len(a.hazards), len(a.tensors)
+    (0, 0)
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vizalloc.analysis.hazards import Hazard, find_hazards
+from vizalloc.analysis.model import TraceModel, build_model
+from vizalloc.trace import events as ev
+from vizalloc.tui.mapdata import BindingMap, build_binding_map
+from vizalloc.tui.steps import Prescan
+from vizalloc.tui.tensors import TensorRows, build_tensor_rows
+
+#: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
+Progress = Callable[[str, int, int], None]
+
+MAP_CACHE = 16
+
+
+@dataclass
+class Analysis:
+    """The analysed trace. Build it with :func:`analyse`."""
+
+    model: TraceModel
+    hazards: list[Hazard]
+    tensors: TensorRows
+    header: Any = None
+    _maps: OrderedDict[int, BindingMap] = field(default_factory=OrderedDict)
+    _binding_seqs: list[tuple[int, int]] = field(default_factory=list)
+    _inplace: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._binding_seqs = sorted((b.begin_seq, b.binding_id) for b in self.model.bindings.values())
+
+    def binding_map(self, binding_id: int) -> BindingMap:
+        """The memory map of a binding (computed on first use, a few kept)."""
+        m = self._maps.get(binding_id)
+        if m is None:
+            m = build_binding_map(self.model, binding_id)
+            self._maps[binding_id] = m
+            while len(self._maps) > MAP_CACHE:
+                self._maps.popitem(last=False)
+        else:
+            self._maps.move_to_end(binding_id)
+        return m
+
+    def binding_before(self, seq: int) -> int:
+        """The latest binding begun at or before ``seq`` (the first one if none; -1 without bindings)."""
+        if not self._binding_seqs:
+            return -1
+        i = bisect_right(self._binding_seqs, (seq, 1 << 62)) - 1
+        return self._binding_seqs[max(i, 0)][1]
+
+    def hazard_binding(self, h: Hazard) -> int:
+        """The binding whose memory map shows a hazard."""
+        if h.binding_id >= 0 and h.binding_id in self.model.bindings:
+            return h.binding_id
+        if h.compute_id >= 0 and h.compute_id in self.model.computes:
+            return self.binding_before(self.model.computes[h.compute_id].begin_seq)
+        return self.binding_before(h.seq)
+
+    def inplace(self, plan_id: int) -> dict[int, int]:
+        """``tensor -> parent`` for the in-place decisions of a plan."""
+        got = self._inplace.get(plan_id)
+        if got is None:
+            plan = self.model.plans.get(plan_id)
+            got = {d.tensor_id: d.parent_id for d in plan.inplace} if plan is not None else {}
+            self._inplace[plan_id] = got
+        return got
+
+
+def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
+                batch_events: int = 1 << 16) -> tuple[list[ev.Event], Any]:
+    """Read a trace file batch by batch, feeding the pre-scan; returns (events, header).
+
+    ``on_batch(bytes_read, file_bytes)`` is called after each batch, so the timeline can
+    be shown while the rest of the file is read.
+    """
+    from vizalloc.trace.api import _open
+    from vizalloc.trace.fileformat import TraceFileReader
+
+    total = os.path.getsize(path)
+    events: list[ev.Event] = []
+    with _open(path) as f:
+        reader = TraceFileReader(f, os.fspath(path))
+        for batch in reader.batches(batch_events):
+            events.extend(batch)
+            scan.feed(batch)
+            if on_batch is not None:
+                on_batch(reader.offset, total)
+        reader.warn_if_incomplete()
+        return events, reader.header
+
+
+def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress | None = None) -> Analysis:
+    """Model, hazards and tensor rows of a trace's events."""
+    was_enabled = gc.isenabled()
+    gc.disable()  # millions of small records: collections would only cost time
+    try:
+        model = build_model(list(events), progress=(lambda d, t: progress("model", d, t)) if progress else None)
+        if progress:
+            progress("hazards", 0, 1)
+        hazards = find_hazards(model)
+        if progress:
+            progress("tensors", 0, max(len(model.tensors), 1))
+        rows = build_tensor_rows(model, progress=(lambda d, t: progress("tensors", d, t)) if progress else None)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return Analysis(model, hazards, rows, header)

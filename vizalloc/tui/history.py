@@ -1,0 +1,68 @@
+"""A tensor's whole life as lines of text: created, placed, cleared, read, written, freed.
+
+    >>> from vizalloc.analysis.model import build_model
+    >>> from vizalloc.trace import events as ev
+    >>> m = build_model([ev.TensorCreated(1, 0, None, 3, 0, "x", "f32", (4, 1, 1, 1), (4, 16, 16, 16),
+    ...                                   "NONE", (), (), -1, 0, 0, -1)])
+    >>> [(r.kind, r.what) for r in history_rows(m, 3)]
+    [('created', 'f32[4] op NONE')]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vizalloc.analysis.model import HistoryKind, TraceModel
+from vizalloc.trace import events as ev
+from vizalloc.tui.inert import inert
+from vizalloc.tui.render import loc_text
+from vizalloc.tui.tensors import shape_text
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    seq: int
+    kind: str
+    what: str
+    where: str
+
+
+def _what(model: TraceModel, e: ev.Event, kind: HistoryKind, tensor_id: int) -> str:
+    lab = model.label
+    if isinstance(e, ev.TensorCreated):
+        srcs = ", ".join(inert(lab(s), 30) for s in e.srcs if s >= 0)
+        view = f", view of {inert(lab(e.view_src), 30)} +{e.view_offs}" if e.view_src >= 0 else ""
+        return f"{e.dtype}{shape_text(e.ne)} op {e.op}" + (f" of {srcs}" if srcs else "") + view
+    if isinstance(e, ev.TensorNamed):
+        return f"named {inert(e.name, 60)!r}"
+    if isinstance(e, ev.TensorFlagsSet):
+        return f"flags = {e.flags}"
+    if isinstance(e, ev.TensorSrcSet):
+        return f"source {e.slot} := {inert(lab(e.src_id), 30)}"
+    if isinstance(e, ev.TensorPlaced):
+        where = f" in binding #{e.binding_id}" if e.binding_id >= 0 else ""
+        return f"placed in buffer #{e.buffer_id} [{e.offset}, {e.offset + e.nbytes}) by {e.by.value}{where}"
+    if isinstance(e, ev.TensorCleared):
+        return f"pointers cleared by {inert(e.by)}"
+    if isinstance(e, ev.NodeCompute):
+        if kind is HistoryKind.WRITTEN:
+            return f"written by node {e.index} of compute #{e.compute_id} on {inert(e.backend)}"
+        return f"read by node {e.index} ({inert(lab(e.tensor_id), 30)}) of compute #{e.compute_id}"
+    if isinstance(e, ev.TensorCopy):
+        if kind is HistoryKind.COPIED:
+            return f"copied from {inert(lab(e.src_id), 30)} ({e.nbytes} B)"
+        return f"copied into {inert(lab(e.dst_id), 30)} ({e.nbytes} B)"
+    if isinstance(e, (ev.TensorSet, ev.TensorGet)):
+        verb = "set by the user" if isinstance(e, ev.TensorSet) else "read by the user"
+        return f"{verb}: bytes [{e.offset}, {e.offset + e.nbytes})"
+    if isinstance(e, ev.BufferFreed):
+        return f"its buffer #{e.buffer_id} was freed ({inert(e.cause)}) while it pointed there"
+    if isinstance(e, ev.ValueSnapshot):
+        return f"value captured at {e.when} of compute #{e.compute_id}"
+    return type(e).__name__
+
+
+def history_rows(model: TraceModel, tensor_id: int) -> list[HistoryRow]:
+    """Every entry of the tensor's history with its source line."""
+    return [HistoryRow(h.seq, h.kind.value, _what(model, h.event, h.kind, tensor_id), loc_text(h.loc))
+            for h in model.history(tensor_id)]

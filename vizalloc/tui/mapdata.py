@@ -1,0 +1,180 @@
+"""What the memory map draws: the roots of one bound graph in one buffer, as blocks.
+
+A block is a memory root's bytes ``[offset, end)`` over its live range in the graph
+(``first``..``last``, node indices; -1 is "before the first node", ``n`` "kept to the
+end"), from :func:`vizalloc.analysis.liveness.graph_spans` (the rule checked against
+real ggml). Placements are taken right after the binding. A block is *stale* when the
+plan skipped it as external while its placement was left over from an earlier binding,
+*dangling* when its buffer was freed. Two blocks *overlap* when they share bytes and
+are both live (ggml's ``both_live``): with a correct plan that never happens, so every
+overlap is drawn as a collision.
+
+    >>> from vizalloc.analysis.model import build_model
+    >>> build_binding_map(build_model([]), 0)
+    Traceback (most recent call last):
+    ...
+    KeyError: 0
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vizalloc.analysis import liveness
+from vizalloc.analysis.model import NEVER, PlacementState, TraceModel
+from vizalloc.tui.tensors import shape_text
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One root in one buffer over its live range."""
+
+    tensor_id: int
+    name: str
+    op: str
+    dtype: str
+    shape: str
+    offset: int
+    nbytes: int
+    first: int
+    last: int
+    stale: str        # "" when live; else why (stale / dangling)
+    placed_by: str
+    binding_id: int
+    planned: bool     # given bytes by this binding's plan
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    def live_at(self, step: int) -> bool:
+        return self.first <= step <= self.last
+
+
+@dataclass(slots=True)
+class Panel:
+    """One buffer of one binding: its blocks by offset, and the colliding pairs."""
+
+    buffer_id: int
+    title: str
+    nbytes: int
+    n_steps: int
+    blocks: list[Block]
+    overlaps: list[tuple[int, int]] = field(default_factory=list)  # indices into blocks
+    _offsets: list[int] = field(default_factory=list)
+    _max_nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        self.blocks.sort(key=lambda b: (b.offset, b.first, b.tensor_id))
+        self._offsets = [b.offset for b in self.blocks]
+        self._max_nbytes = max((b.nbytes for b in self.blocks), default=0)
+
+    @property
+    def top(self) -> int:
+        """The highest byte drawn (the buffer, or the highest block if it is larger)."""
+        return max(self.nbytes, max((b.end for b in self.blocks), default=0))
+
+    def blocks_in(self, lo: int, hi: int) -> list[Block]:
+        """Blocks whose bytes intersect ``[lo, hi)``, by offset."""
+        start = bisect_left(self._offsets, lo - self._max_nbytes)
+        stop = bisect_left(self._offsets, hi)
+        return [b for b in self.blocks[start:stop] if b.end > lo and b.nbytes > 0]
+
+    def index_of(self, tensor_id: int) -> int:
+        for i, b in enumerate(self.blocks):
+            if b.tensor_id == tensor_id:
+                return i
+        return -1
+
+    def overlapping(self, block: Block) -> list[Block]:
+        """Blocks that collide with ``block`` (share bytes while both live)."""
+        i = self.blocks.index(block)
+        return [self.blocks[b if a == i else a] for a, b in self.overlaps if i in (a, b)]
+
+
+@dataclass(slots=True)
+class BindingMap:
+    """All panels of one binding."""
+
+    binding_id: int
+    graph_id: int
+    plan_id: int
+    n_steps: int
+    panels: list[Panel]
+    cut_seq: int
+
+    def panel(self, buffer_id: int) -> Panel | None:
+        return next((p for p in self.panels if p.buffer_id == buffer_id), None)
+
+
+def find_overlaps(blocks: Sequence[Block]) -> list[tuple[int, int]]:
+    """Pairs ``(i, j)`` (i < j, blocks sorted by offset) sharing bytes while both live."""
+    out = []
+    active: list[int] = []  # indices of blocks whose bytes reach past the current offset
+    for j, b in enumerate(blocks):
+        if b.nbytes <= 0:
+            continue
+        active = [i for i in active if blocks[i].end > b.offset]
+        for i in active:
+            a = blocks[i]
+            if liveness.both_live((a.first, a.last), (b.first, b.last)):
+                out.append((i, j))
+        active.append(j)
+    return out
+
+
+def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
+    """The blocks of every buffer the graph of ``binding_id`` uses, right after the binding.
+
+    Raises:
+        KeyError: no such binding.
+    """
+    b = model.bindings[binding_id]
+    cut = b.end_seq if b.end_seq != NEVER else (model.events[-1].seq if model.events else 0)
+    snap = b.graph if b.graph is not None else model.graphs[b.graph_id].snapshot()
+    n = snap.n_nodes
+    spans = liveness.graph_spans(model, snap)
+    plan = model.plans.get(b.plan_id)
+    planned = {d.tensor_id for d in plan.allocs} if plan is not None else set()
+    externals = {d.tensor_id for d in plan.externals} if plan is not None else set()
+    by_buffer: dict[int, list[Block]] = {}
+    for root, (first, last) in spans.items():
+        p = model.placement_at(root, cut)
+        info = model.tensors.get(root)
+        if p is None or info is None:
+            continue
+        state = model.placement_state(p, cut)
+        stale = ""
+        if state is PlacementState.DANGLING:
+            stale = f"dangling: buffer #{p.buffer_id} was freed"
+        elif state is PlacementState.STALE and (root in externals or plan is None):
+            stale = f"stale: placed by binding #{p.binding_id}, then {p.stale_reason or 'made stale'}"
+        by_buffer.setdefault(p.buffer_id, []).append(Block(
+            root, info.name if info.name else f"#{root}", info.op, info.dtype, shape_text(info.ne), p.offset,
+            p.nbytes, first, first if last is None else last, stale, p.by.value, p.binding_id,
+            root in planned and not stale))
+    panels = []
+    for buffer_id in sorted(by_buffer):
+        buf = model.buffers.get(buffer_id)
+        title = (f"buffer #{buffer_id} {buf.backend} {buf.usage}" if buf is not None else f"buffer #{buffer_id}")
+        panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, by_buffer[buffer_id])
+        panel.overlaps = find_overlaps(panel.blocks)
+        panels.append(panel)
+    return BindingMap(binding_id, b.graph_id, b.plan_id, n, panels, cut)
+
+
+def default_panel(bmap: BindingMap, prefer: Iterable[int] = ()) -> Panel | None:
+    """The panel to show first: one holding a preferred tensor, else the one with collisions,
+    else the one with the most blocks."""
+    wanted = set(prefer)
+    for p in bmap.panels:
+        if any(b.tensor_id in wanted for b in p.blocks):
+            return p
+    if not bmap.panels:
+        return None
+    return max(bmap.panels, key=lambda p: (len(p.overlaps), sum(1 for b in p.blocks if b.stale), len(p.blocks)))
+
+

@@ -1,0 +1,33 @@
+"""Messages the loading worker posts to the app (thread-safe ``post_message``)."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from vizalloc.tui.data import Analysis
+
+
+class LoadProgress(Message):
+    """More of the trace was read or analysed: ``phase`` at ``done`` of ``total``."""
+
+    def __init__(self, phase: str, done: int, total: int) -> None:
+        super().__init__()
+        self.phase = phase
+        self.done = done
+        self.total = total
+
+
+class TraceAnalysed(Message):
+    """The model, hazards and tensor rows are ready."""
+
+    def __init__(self, analysis: Analysis) -> None:
+        super().__init__()
+        self.analysis = analysis
+
+
+class LoadFailed(Message):
+    """Reading or analysing the trace failed; ``text`` says why (already inert)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

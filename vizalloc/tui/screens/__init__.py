@@ -1,0 +1,1 @@
+"""One module per screen; ``base.py`` holds what they share."""

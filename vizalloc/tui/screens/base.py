@@ -1,0 +1,123 @@
+"""What every pane shares: a title line, the body, an info line, a search box, the
+loading bar and the footer; ``/`` search, escape, and the data-arrived hook.
+
+    class MyScreen(PaneScreen):
+        def compose_body(self): yield VirtualTable(id="table")
+        def data_changed(self): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Input, ProgressBar, Static
+
+if TYPE_CHECKING:
+    from vizalloc.tui.app import VizallocApp
+
+
+class PaneScreen(Screen[None]):
+    """Base of the panes (timeline, map, tensors, hazards, graph)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "app.pane(1)", "Next pane"),
+        Binding("shift+tab", "app.pane(-1)", "Previous pane", show=False),
+        Binding("slash", "search", "Search"),
+        Binding("escape", "close_search", "Close search", show=False),
+    ]
+
+    #: the pane's name in the title line
+    PANE = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen_version = -1
+        self.filter_text = ""
+
+    @property
+    def vz(self) -> VizallocApp:
+        return cast("VizallocApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield from self.compose_body()
+        yield Static(id="info")
+        yield Input(placeholder="search (enter to apply, escape to close)", id="search")
+        with Horizontal(id="loadbar"):
+            yield Static(id="loadtext")
+            yield ProgressBar(total=100, show_eta=False, id="loadprogress")
+        yield Footer()
+
+    def compose_body(self) -> Iterable[Widget]:
+        return ()
+
+    def on_mount(self) -> None:
+        self.update_title()
+        self.vz.refresh_loadbar(self)
+
+    def on_screen_resume(self) -> None:
+        self.vz.refresh_loadbar(self)
+        if self._seen_version != self.vz.version:
+            self._seen_version = self.vz.version
+            self.data_changed()
+        self.update_title()
+
+    def update_title(self) -> None:
+        tabs = Text()
+        for i, (mode, label) in enumerate(self.vz.PANES):
+            style = "bold reverse" if label == self.PANE else "dim"
+            tabs.append(f" {i + 1} {label} ", style=style)
+            tabs.append(" ")
+        tabs.append_text(self.vz.source_label)
+        self.query_one("#title", Static).update(tabs)
+
+    def set_info(self, text: Text | str) -> None:
+        self.query_one("#info", Static).update(text)
+
+    # -- hooks for subclasses -----------------------------------------------------
+    def data_changed(self) -> None:
+        """The analysis arrived (or the steps grew); redraw from ``self.vz``."""
+
+    def steps_grew(self) -> None:
+        """More steps were pre-scanned (only the timeline cares)."""
+
+    def apply_search(self, text: str) -> None:
+        """Filter or jump by ``text`` (empty: clear)."""
+
+    def export_request(self) -> tuple[str, int] | None:
+        """``(format, binding_id)`` that ``e`` exports from this pane, None if nothing."""
+        b = self.vz.selected_binding
+        return ("layout", b) if b >= 0 else None
+
+    # -- search -----------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.value = self.filter_text
+        box.add_class("-open")
+        box.focus()
+
+    def action_close_search(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_class("-open"):
+            box.remove_class("-open")
+            self.focus_body()
+
+    def focus_body(self) -> None:
+        body = self.query(".body").first() if self.query(".body") else None
+        if body is not None:
+            body.focus()
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.filter_text = event.value
+        self.apply_search(event.value)
+        self.action_close_search()

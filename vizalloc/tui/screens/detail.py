@@ -1,0 +1,109 @@
+"""The tensor detail screen: a tensor's whole history (created, placed, cleared, read,
+written, freed) with source lines. ``m`` opens the memory map where it was last placed
+by a graph allocator; escape goes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from vizalloc.tui.history import HistoryRow, history_rows
+from vizalloc.tui.inert import inert
+from vizalloc.tui.render import fmt_bytes, loc_text
+from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.widgets.table import Column, VirtualTable
+
+if TYPE_CHECKING:
+    from vizalloc.tui.app import VizallocApp
+
+_KIND_STYLE = {"placed": "#87afd7", "cleared": "#d7af5f", "freed": "bold #ff8787", "written": "#87d787",
+               "read": "", "created": "bold"}
+
+
+class HistorySource:
+    columns: Sequence[Column] = (Column("seq", 9, True), Column("what", 9), Column("detail", 0),
+                                 Column("source line", 0))
+
+    def __init__(self, rows: list[HistoryRow]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def cells(self, i: int) -> Sequence[str]:
+        r = self.rows[i]
+        return (str(r.seq), r.kind, r.what, r.where)
+
+    def style(self, i: int) -> str:
+        return _KIND_STYLE.get(self.rows[i].kind, "")
+
+
+class DetailScreen(Screen[None]):
+    """One tensor's history."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("m", "map", "Memory map"),
+    ]
+
+    def __init__(self, tensor_id: int) -> None:
+        super().__init__()
+        self.tensor_id = tensor_id
+
+    @property
+    def vz(self) -> VizallocApp:
+        return cast("VizallocApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Static(id="tensorhead")
+        yield VirtualTable(id="history", classes="body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        a = self.vz.analysis
+        assert a is not None, "detail screen without analysis"
+        info = a.model.tensors[self.tensor_id]
+        title = Text()
+        title.append(" Tensor ", style="bold reverse")
+        title.append(" ")
+        title.append(inert(info.name or f"#{info.tensor_id}", 100), style="bold")
+        title.append(f"  (#{info.tensor_id})  escape: back")
+        self.query_one("#title", Static).update(title)
+        head = Text()
+        head.append(f"{inert(info.dtype)}{shape_text(info.ne)} op {inert(info.op)}  {fmt_bytes(info.nbytes)}")
+        srcs = [s for s in info.srcs if s >= 0]
+        if srcs:
+            head.append("  sources: " + ", ".join(inert(a.model.label(s), 30) for s in srcs))
+        if info.view_src >= 0:
+            head.append(f"  view of {inert(a.model.label(info.view_src), 30)} +{info.view_offs}")
+        row = a.tensors.row_of.get(self.tensor_id)
+        if row is not None:
+            head.append(f"  state: {a.tensors.states[row].value}", style="bold")
+        head.append(f"\ncreated at {loc_text(info.created_loc)}", style="dim")
+        self.query_one("#tensorhead", Static).update(head)
+        table = self.query_one("#history", VirtualTable)
+        table.set_source(HistorySource(history_rows(a.model, self.tensor_id)))
+        table.focus()
+
+    def action_map(self) -> None:
+        from vizalloc.tui.app import MapTarget
+
+        a = self.vz.analysis
+        if a is None:
+            return
+        info = a.model.tensors[self.tensor_id]
+        for idx in reversed(info.placements):
+            p = a.model.placements[idx]
+            if p.binding_id >= 0:
+                self.app.pop_screen()
+                self.vz.show_map(MapTarget(p.binding_id, p.buffer_id, selected=frozenset({info.root})))
+                return
+        self.notify("no graph allocator ever placed this tensor: it has no memory map")

@@ -1,0 +1,204 @@
+"""The memory map pane: one buffer of one bound graph, offset x step, with the tensors
+under the cursor described below. ``n``/``p`` walk the bindings, ``b`` the buffers,
+enter opens the tensor under the cursor, ``/`` finds a tensor by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.binding import Binding, BindingType
+from textual.widget import Widget
+from textual.widgets import Static
+
+from vizalloc.tui.inert import inert
+from vizalloc.tui.mapdata import BindingMap, Panel, default_panel
+from vizalloc.tui.render import (
+    COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block,
+    fmt_bytes, step_label,
+)
+from vizalloc.tui.screens.base import PaneScreen
+from vizalloc.tui.widgets.memory_map import MemoryMap
+
+
+class MapScreen(PaneScreen):
+    """Offsets x steps of one buffer."""
+
+    PANE = "Memory map"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "binding(1)", "Next binding"),
+        Binding("p", "binding(-1)", "Prev binding"),
+        Binding("b", "buffer(1)", "Next buffer"),
+        Binding("enter", "open", "Tensor"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bmap: BindingMap | None = None
+        self.panel: Panel | None = None
+
+    def compose_body(self) -> Iterable[Widget]:
+        yield Static(id="maphead")
+        yield MemoryMap(id="map", classes="body")
+
+    @property
+    def mmap(self) -> MemoryMap:
+        return self.query_one("#map", MemoryMap)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.mmap.focus()
+        if self.vz.analysis is None:
+            self.set_info("the memory map appears when the analysis is done")
+
+    def on_screen_resume(self) -> None:
+        super().on_screen_resume()
+        if self.vz.map_target is not None:
+            self.apply_target()
+        elif self.vz.analysis is not None and (self.bmap is None
+                                               or self.bmap.binding_id != self.vz.selected_binding):
+            self._open(self.vz.selected_binding)
+
+    def data_changed(self) -> None:
+        if self.vz.map_target is not None:
+            self.apply_target()
+        else:
+            self._open(self.vz.selected_binding)
+
+    # -- opening ---------------------------------------------------------------------
+    def _open(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
+              selected: frozenset[int] = frozenset()) -> None:
+        a = self.vz.analysis
+        if a is None:
+            return
+        if binding_id not in a.model.bindings:
+            self.bmap = None
+            self.panel = None
+            self.mmap.show(None)
+            self.query_one("#maphead", Static).update("no binding in this trace: nothing was placed by a graph "
+                                                       "allocator")
+            return
+        self.vz.selected_binding = binding_id
+        self.bmap = a.binding_map(binding_id)
+        panel = self.bmap.panel(buffer_id) if buffer_id >= 0 else None
+        if panel is None:
+            panel = default_panel(self.bmap, selected)
+        self.panel = panel
+        if panel is not None and selected and offset is None:
+            offset, step = _focus(panel, selected)
+        self.mmap.show(panel, offset=offset, step=step, selected=selected)
+        self._head()
+
+    def apply_target(self) -> None:
+        target = self.vz.map_target
+        if target is None or self.vz.analysis is None:
+            return
+        self.vz.map_target = None
+        self._open(target.binding_id, target.buffer_id, offset=target.offset, step=target.step,
+                   selected=target.selected)
+
+    def _head(self) -> None:
+        head = Text()
+        if self.bmap is None or self.panel is None:
+            head.append("this binding placed nothing" if self.bmap is not None else "")
+            self.query_one("#maphead", Static).update(head)
+            return
+        p = self.panel
+        n_stale = sum(1 for b in p.blocks if b.stale)
+        head.append(f"binding #{self.bmap.binding_id}", style="bold")
+        head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
+        head.append(inert(p.title), style="bold")
+        head.append(f" {fmt_bytes(p.nbytes)}  {len(p.blocks)} tensors, ")
+        head.append(f"{n_stale} stale", style="bold #ff5f5f" if n_stale else "")
+        head.append(", ")
+        head.append(f"{len(p.overlaps)} collisions", style="bold #ff5f5f" if p.overlaps else "")
+        others = [q.buffer_id for q in self.bmap.panels if q is not p]
+        if others:
+            head.append(f"  (b: buffers {', '.join('#' + str(i) for i in others)})", style="dim")
+        head.append("\n")
+        g = self.mmap.geom
+        per_col = f"{g.steps_per_col} steps" if g.steps_per_col > 1 else "1 step"
+        head.append(f"rows: {fmt_bytes(g.bytes_per_row)} each; columns: {per_col}"
+                    + (f" per {g.step_width} chars" if g.step_width > 1 else " per char") + "   ", style="dim")
+        head.append(f" {STALE_CHAR} ", style=STYLE_STALE)
+        head.append(" stale  ", style="dim")
+        head.append(f" {COLLISION_CHAR} ", style=STYLE_COLLISION)
+        head.append(" collision  ", style="dim")
+        head.append("   ", style=STYLE_SELECTED)
+        head.append(" selected", style="dim")
+        self.query_one("#maphead", Static).update(head)
+
+    # -- cursor -----------------------------------------------------------------------------
+    @on(MemoryMap.CursorMoved, "#map")
+    def _cursor(self, event: MemoryMap.CursorMoved) -> None:
+        self._head()
+        p = self.panel
+        if p is None:
+            return
+        s0, s1 = event.steps
+        where = step_label(s0, p.n_steps) if s0 == s1 else f"{step_label(s0, p.n_steps)}..{step_label(s1, p.n_steps)}"
+        info = Text(f"offset {event.offset}, step {where}: ", style="dim")
+        if not event.blocks:
+            info.append("no tensor here")
+        for k, b in enumerate(event.blocks[:3]):
+            if k:
+                info.append("\n")
+            info.append(describe_block(b, p.n_steps), style="bold #ff8787" if b.stale else "")
+            hits = [o for o in p.overlapping(b) if o in event.blocks]
+            if hits:
+                info.append("  collides with " + ", ".join(inert(o.name, 30) for o in hits), style="bold #ff5f5f")
+        if len(event.blocks) > 3:
+            info.append(f"\n… and {len(event.blocks) - 3} more")
+        self.set_info(info)
+
+    # -- actions ------------------------------------------------------------------------------
+    def action_binding(self, delta: int) -> None:
+        a = self.vz.analysis
+        if a is None or not a.model.bindings:
+            return
+        ids = sorted(a.model.bindings)
+        cur = self.bmap.binding_id if self.bmap is not None else ids[0]
+        i = ids.index(cur) if cur in ids else 0
+        self._open(ids[(i + delta) % len(ids)], self.panel.buffer_id if self.panel is not None else -1)
+
+    def action_buffer(self, delta: int) -> None:
+        if self.bmap is None or not self.bmap.panels or self.panel is None:
+            return
+        i = self.bmap.panels.index(self.panel)
+        self.panel = self.bmap.panels[(i + delta) % len(self.bmap.panels)]
+        self.mmap.show(self.panel, selected=self.mmap.selected)
+        self._head()
+
+    def action_open(self) -> None:
+        blocks = self.mmap.cursor_blocks()
+        if blocks:
+            self.vz.show_tensor(blocks[0].tensor_id)
+
+    def apply_search(self, text: str) -> None:
+        if self.panel is None or not text:
+            return
+        needle = text.lower()
+        for b in self.panel.blocks:
+            if needle in b.name.lower():
+                self.mmap.show(self.panel, offset=b.offset, step=b.first, selected=frozenset({b.tensor_id}),
+                               keep_zoom=True)
+                return
+        self.notify(f"no tensor named like {inert(text, 40)!r} in this buffer")
+
+    def export_request(self) -> tuple[str, int] | None:
+        return ("layout", self.bmap.binding_id) if self.bmap is not None else None
+
+
+def _focus(panel: Panel, selected: frozenset[int]) -> tuple[int | None, int | None]:
+    """Where to put the cursor for selected tensors: their collision, else the first one's block."""
+    for c in collisions(panel):
+        if {c.a.tensor_id, c.b.tensor_id} <= selected or (len(selected) == 1 and selected & {c.a.tensor_id,
+                                                                                              c.b.tensor_id}):
+            return c.lo, c.first
+    for b in panel.blocks:
+        if b.tensor_id in selected:
+            return b.offset, b.first
+    return None, None

@@ -1,0 +1,150 @@
+"""The tensor table's rows, as columns (one list per field) so 100k+ tensors stay cheap.
+
+A tensor's *state* sums up how it got its bytes (the last placement decides, a stale
+one wins): ``stale`` (it was skipped as external by a plan while its placement was
+left over from an earlier binding: the seed bug), ``view`` (it aliases its root),
+``in-place`` (a plan let it take over a parent's bytes), ``external`` (its bytes came
+from outside any graph allocator: weights, inputs), ``fresh`` (planned by a graph
+allocator), ``none`` (it never had bytes, e.g. the originals of a deep-copied graph).
+*First/last use* are the seqs of the first and last node computes that read or wrote
+it (-1: never used by a compute).
+
+    >>> from vizalloc.analysis.model import build_model
+    >>> len(build_tensor_rows(build_model([])))
+    0
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from vizalloc.analysis.model import TraceModel
+from vizalloc.trace import events as ev
+
+
+class TensorState(str, enum.Enum):
+    STALE = "stale"
+    VIEW = "view"
+    INPLACE = "in-place"
+    EXTERNAL = "external"
+    FRESH = "fresh"
+    NONE = "none"
+
+
+_POOL = frozenset({ev.PlacedBy.GALLOCR, ev.PlacedBy.VIEW_INIT})
+
+
+@dataclass
+class TensorRows:
+    """Column lists, one entry per tensor, in tensor-id order."""
+
+    ids: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    shapes: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    buffers: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    nbytes: list[int] = field(default_factory=list)
+    first_use: list[int] = field(default_factory=list)
+    last_use: list[int] = field(default_factory=list)
+    states: list[TensorState] = field(default_factory=list)
+    #: ``tensor_id -> row``
+    row_of: dict[int, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def column(self, key: str) -> Sequence[object]:
+        return getattr(self, SORT_KEYS[key])
+
+
+#: sort key (as the bindings name it) -> column attribute
+SORT_KEYS = {
+    "id": "ids", "name": "names", "op": "ops", "dtype": "dtypes", "buffer": "buffers", "offset": "offsets",
+    "nbytes": "nbytes", "first": "first_use", "last": "last_use", "state": "states",
+}
+
+
+def shape_text(ne: Sequence[int]) -> str:
+    """``[16, 8]``: the shape without trailing 1s."""
+    dims = list(ne)
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def stale_tensors(model: TraceModel) -> set[int]:
+    """Tensors a plan skipped as external while their placement was stale (or dangling)."""
+    out: set[int] = set()
+    for plan in model.plans.values():
+        for d in plan.decisions:
+            if type(d) is ev.PlanExternal:
+                p = model.placement_at(d.tensor_id, plan.begin_seq)
+                if p is not None and (p.stale_seq <= plan.begin_seq
+                                      or model.buffers.get(p.buffer_id) is not None
+                                      and model.buffers[p.buffer_id].freed_seq <= plan.begin_seq):
+                    out.add(d.tensor_id)
+    return out
+
+
+def build_tensor_rows(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> TensorRows:
+    """One row per tensor of the model (see the module docstring for the columns)."""
+    stale = stale_tensors(model)
+    inplace = {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
+    rows = TensorRows()
+    events = model.events
+    placements = model.placements
+    node_compute = ev.NodeCompute
+    total = len(model.tensors)
+    for k, (tid, info) in enumerate(sorted(model.tensors.items())):
+        rows.row_of[tid] = len(rows.ids)
+        rows.ids.append(tid)
+        rows.names.append(info.name)
+        rows.ops.append(info.op)
+        rows.shapes.append(shape_text(info.ne))
+        rows.dtypes.append(info.dtype)
+        if info.placements:
+            p = placements[info.placements[-1]]
+            rows.buffers.append(p.buffer_id)
+            rows.offsets.append(p.offset)
+            by_pool = any(placements[i].by in _POOL for i in info.placements)
+        else:
+            rows.buffers.append(-1)
+            rows.offsets.append(-1)
+            by_pool = False
+        rows.nbytes.append(info.nbytes)
+        # history is in event order: the first and last compute touching it are near the ends
+        first = last = -1
+        hist = info.history
+        for idx in hist:
+            e = events[idx]
+            if type(e) is node_compute:
+                first = e.seq
+                break
+        if first >= 0:
+            for idx in reversed(hist):
+                e = events[idx]
+                if type(e) is node_compute:
+                    last = e.seq
+                    break
+        rows.first_use.append(first)
+        rows.last_use.append(last)
+        if tid in stale:
+            state = TensorState.STALE
+        elif info.is_view:
+            state = TensorState.VIEW
+        elif tid in inplace:
+            state = TensorState.INPLACE
+        elif not info.placements:
+            state = TensorState.NONE
+        elif by_pool:
+            state = TensorState.FRESH
+        else:
+            state = TensorState.EXTERNAL
+        rows.states.append(state)
+        if progress is not None and k % 65536 == 65535:
+            progress(k + 1, total)
+    return rows
