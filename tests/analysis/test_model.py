@@ -1,0 +1,138 @@
+"""The trace model: history, placements, staleness, memory maps, plans, bindings, live ranges."""
+
+from __future__ import annotations
+
+from vizalloc.analysis.model import (
+    NEVER, HistoryKind, LiveRange, PlacementState, build_model, nbytes_of,
+)
+from vizalloc.trace import events as ev
+from vizalloc.trace.recorder import ListRecorder
+
+from tests.analysis.builders import TraceBuilder
+from tests.analysis.test_hazards import stale_scenario
+
+
+def test_nbytes_matches_ggml():
+    assert nbytes_of("f32", (4, 3, 1, 1), (4, 16, 48, 48)) == 48
+    # a transposed view: strides swapped, same span
+    assert nbytes_of("f32", (3, 4, 1, 1), (16, 4, 48, 48)) == 48
+    assert nbytes_of("f16", (0, 3, 1, 1), (2, 0, 0, 0)) == 0
+
+
+def test_accepts_a_recorder_or_events():
+    rec = ListRecorder()
+    rec.events.append(ev.Marker(1, 0, None, "hello"))
+    assert build_model(rec).markers[0].text == "hello"
+    assert build_model(tuple(rec.events)).n_events == 1
+
+
+def test_history_in_order_with_kinds_and_locations():
+    tb, ids = stale_scenario()
+    m = build_model(tb.events)
+    kinds = [h.kind for h in m.history(ids["x"])]
+    assert kinds[0] is HistoryKind.CREATED
+    assert HistoryKind.PLACED in kinds and HistoryKind.SET in kinds and HistoryKind.READ in kinds
+    seqs = [h.seq for h in m.history(ids["x"])]
+    assert seqs == sorted(seqs)
+    assert all(h.loc is not None and h.loc.file == "user.py" for h in m.history(ids["x"]))
+    t_kinds = [h.kind for h in m.history(ids["t"])]
+    assert t_kinds.count(HistoryKind.WRITTEN) == 2  # computed in both graphs
+
+
+def test_staleness_by_replan_and_memory_map():
+    tb, ids = stale_scenario()
+    m = build_model(tb.events)
+    px = m.placements[m.tensors[ids["x"]].placements[0]]
+    assert px.stale_reason == "re-planned" and px.stale_seq < NEVER
+    assert px.end_seq == NEVER  # still carried: nobody cleared it
+    before, after = px.stale_seq - 1, px.stale_seq
+    assert m.placement_state(px, before) is PlacementState.LIVE
+    assert m.placement_state(px, after) is PlacementState.STALE
+    end = m.events[-1].seq
+    rows = m.memory_map(px.buffer_id, end)
+    by_name = {(r.name, r.state) for r in rows}
+    assert ("x", PlacementState.STALE) in by_name and ("y", PlacementState.LIVE) in by_name
+    assert [r.offset for r in rows] == sorted(r.offset for r in rows)
+    # before graph B was bound, only graph A's tensors are there, all live
+    rows_a = m.memory_map(px.buffer_id, before)
+    assert {r.name for r in rows_a} == {"x", "t", "u", "s"}
+    assert all(r.state is PlacementState.LIVE for r in rows_a)
+
+
+def test_staleness_by_reset_and_clear_ends_placements():
+    tb = TraceBuilder()
+    buf = tb.buffer(256, pool=0)
+    a = tb.tensor("a", 16, flags=1)
+    g = tb.graph([], [a])
+    tb.sched_split(g, [])
+    plan = tb.plan(0, g, [(a, 0, 64)], n_leafs=1)
+    tb.bind(0, plan, g, [(a, buf, 0)])
+    tb.emit(ev.SchedAlloc, 0, g, g, True)
+    tb.sched_reset(0)
+    reset_seq = tb.events[-1].seq
+    tb.clear(a)
+    m = build_model(tb.events)
+    (p,) = [m.placements[i] for i in m.tensors[a].placements]
+    assert (p.stale_reason, p.stale_seq) == ("reset", reset_seq)
+    assert p.end_reason == "cleared by clear" and m.placement_at(a, tb.events[-1].seq) is None
+    assert m.scheds[0].gallocs == {0} and m.bindings[1].sched_id == 0
+
+
+def test_dangling_after_free():
+    tb = TraceBuilder()
+    buf = tb.buffer(64, pool=0)
+    a = tb.tensor("a", 16)
+    g = tb.graph([], [a])
+    plan = tb.plan(0, g, [(a, 0, 64)], n_leafs=1)
+    tb.bind(0, plan, g, [(a, buf, 0)])
+    tb.free(buf, "grow")
+    m = build_model(tb.events)
+    p = m.placement_at(a, tb.events[-1].seq)
+    assert p is not None and m.placement_state(p, tb.events[-1].seq) is PlacementState.DANGLING
+    assert m.buffers[buf].free_cause == "grow" and not m.buffers[buf].alive_at(tb.events[-1].seq)
+    assert p.stale_reason == "freed"
+
+
+def test_plans_bindings_and_graph_snapshots():
+    tb, ids = stale_scenario()
+    m = build_model(tb.events)
+    p1, p2 = sorted(m.plans.values(), key=lambda p: p.begin_seq)
+    assert [a.tensor_id for a in p1.allocs] == [ids["x"], ids["s"]]
+    assert p2.replans and p2.replans[0].cause is ev.ReplanCause.N_NODES
+    assert p1.buffer_bytes == 288
+    b1, b2 = sorted(m.bindings.values(), key=lambda b: b.begin_seq)
+    assert b1.graph is not None and b1.graph.nodes == [ids["t"], ids["u"], ids["s"]]
+    assert [m.placements[i].tensor_id for i in b2.placements] == [ids["y"], ids["z"], ids["q"]]
+
+
+def test_a_recreated_graph_keeps_old_snapshots():
+    tb = TraceBuilder()
+    a = tb.tensor("a")
+    b = tb.tensor("b")
+    g = tb.graph([a])
+    tb.emit(ev.ComputeBegin, 1, g, "CPU", 1)
+    tb.emit(ev.ComputeEnd, 1, 0)
+    tb.emit(ev.GraphCreated, g, 16, "new", -1)  # cleared and refilled
+    tb.emit(ev.GraphExpanded, g, (b,), ())
+    m = build_model(tb.events)
+    assert m.computes[1].graph is not None and m.computes[1].graph.nodes == [a]
+    assert m.graphs[g].nodes == [b]
+
+
+def test_live_ranges_of_a_compute():
+    tb, ids = stale_scenario()
+    m = build_model(tb.events)
+    c = max(m.computes.values(), key=lambda c: c.begin_seq)
+    r = c.live_ranges(m)
+    assert r[ids["x"]] == LiveRange(ids["x"], -1, 0)          # input, read by node 0
+    assert r[ids["t"]] == LiveRange(ids["t"], 0, 1)
+    assert r[ids["q"]] == LiveRange(ids["q"], 2, 3)           # output: to the end
+    assert r[ids["y"]].intersects(r[ids["t"]]) and not r[ids["x"]].intersects(r[ids["z"]])
+
+
+def test_event_at_and_node_seq():
+    tb, _ = stale_scenario()
+    m = build_model(tb.events)
+    c = max(m.computes.values(), key=lambda c: c.begin_seq)
+    seq = m.node_seq(c.compute_id, 1)
+    assert isinstance(m.event_at(seq), ev.NodeCompute) and m.event_at(seq).index == 1
