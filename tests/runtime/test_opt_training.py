@@ -104,7 +104,7 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
         opt.alloc(backward=False)
         ds.get_batch(x, opt.labels, 0)
         opt.eval(None)
-    size_fwd = sched.buffer_size(0)
+    size_fwd, size_bwd = sched.buffer_size(0), 0
     losses = []
     preds: list[int] = []
     for _ in range(s.epochs):
@@ -242,6 +242,60 @@ def test_training_matches_ggml_opt(name: str) -> None:
     assert got.buffer_sizes == ref.buffer_sizes and got.buffer_sizes[1] > 0
     # training happened: the weights moved
     assert not np.allclose(got.weights[0], _data(s)[2][0])
+
+
+def _ggml_compute_context_rows(s: Setup) -> list[tuple[object, ...]]:
+    """What ggml_opt_init leaves in the user's compute context, in creation order."""
+    ggml = pytest.importorskip("ggml", reason="ggml-python 0.0.45 is the oracle for ggml-opt")
+    backend = ggml.ggml_backend_cpu_init()
+    arr = (ggml.ggml_backend_t_ctypes * 1)(backend)
+    sched = ggml.ggml_backend_sched_new(arr, None, 1, 2048, False, True)
+    ip = ggml.ggml_init_params(mem_size=16 << 20, mem_buffer=None, no_alloc=True)
+    cs, cc = ggml.ggml_init(ip), ggml.ggml_init(ip)
+    x = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.batch)
+    w1 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden)
+    b1 = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden)
+    w2 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out)
+    for t, name in ((x, b"x"), (w1, b"w1"), (b1, b"b1"), (w2, b"w2")):
+        ggml.ggml_set_name(t, name)
+    for p in (w1, b1, w2):
+        ggml.ggml_set_param(p)
+    out = ggml.ggml_mul_mat(cc, w2, ggml.ggml_silu(cc, ggml.ggml_add(cc, ggml.ggml_mul_mat(cc, w1, x), b1)))
+    buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
+    loss_type = {
+        LossType.CROSS_ENTROPY: ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY,
+        LossType.MEAN_SQUARED_ERROR: ggml.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR,
+        LossType.MEAN: ggml.GGML_OPT_LOSS_TYPE_MEAN, LossType.SUM: ggml.GGML_OPT_LOSS_TYPE_SUM,
+    }[s.loss_type]
+    op = ggml.ggml_opt_default_params(sched, loss_type)
+    op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
+    op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
+                    else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
+    octx = ggml.ggml_opt_init(op)
+    rows = []
+    t = ggml.ggml_get_first_tensor(cc)
+    while t:
+        c = t.contents
+        rows.append((ggml.ggml_op_name(c.op).decode(), c.name.decode(), tuple(c.ne), tuple(c.nb), c.flags))
+        t = ggml.ggml_get_next_tensor(cc, t)
+    ggml.ggml_opt_free(octx)
+    ggml.ggml_backend_buffer_free(buf)
+    ggml.ggml_free(cs)
+    ggml.ggml_free(cc)
+    ggml.ggml_backend_sched_free(sched)
+    ggml.ggml_backend_free(backend)
+    return rows
+
+
+@pytest.mark.parametrize("name", ["ce_adamw", "ce_sgd", "mse_adamw_accumulate", "mean_sgd"])
+def test_compute_context_matches_ggml_opt_build(name: str) -> None:
+    """The gradient and optimizer-step tensors ggml_opt_build adds to the compute context:
+    the same ops, names, shapes, strides and flags, in the same creation order."""
+    s = dataclasses.replace(SETUPS[name], epochs=0, forward_first=False)
+    _, opt = train_vizalloc(s)
+    assert opt.ctx_compute is not None
+    mine = [(t.op.name, t.name, t.ne, t.nb, t.flags) for t in opt.ctx_compute.tensors()]
+    assert mine == _ggml_compute_context_rows(s)
 
 
 # -- the fix strategies ---------------------------------------------------------------------
