@@ -590,7 +590,7 @@ class GraphAllocator:
                     view_init(t, binding_id=binding_id)
                     bound[id(t)] = t
             elif t.data is None:
-                b, c, o, _ = rec
+                b, c, o, size_max = rec
                 if b < 0:
                     raise AllocationError(
                         f"tensor {_label(t)} has no data and no plan entry (it had data at reserve time); "
@@ -603,6 +603,18 @@ class GraphAllocator:
                         "(reserve_n_size freed it); call reserve_n() before alloc_graph()"
                     )
                 buf = vb[c]
+                need = buf.buft.alloc_size(t)
+                if need > size_max and o + need > buf.nbytes:
+                    # only reachable for leafs: ggml re-validates node and source entries but not
+                    # leaf entries; a bigger leaf that still fits its chunk is bound over its
+                    # neighbours (as in ggml), one that does not makes ggml abort here
+                    raise AllocationError(
+                        f"leaf {_label(t)} needs {need} bytes at offset {o} of a {buf.nbytes}-byte buffer: the reused "
+                        f"plan's entry at its position holds {size_max} (the plan was made for another graph with "
+                        "the same node and leaf counts; ggml does not check leaf entries and aborts). "
+                        "Call reserve() with this graph first",
+                        requested=need, available=buf.nbytes - o,
+                    )
                 tensor_alloc(buf, t, buf.base + o, by=gallocr, binding_id=binding_id)
                 bound[id(t)] = t
 
