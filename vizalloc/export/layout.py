@@ -93,19 +93,32 @@ def _pad(x: int, alignment: int) -> int:
     return x if alignment <= 1 else (x + alignment - 1) // alignment * alignment
 
 
+def _gap_sums(blocks: Sequence[Block], n_steps: int, size_of) -> list[int]:  # type: ignore[no-untyped-def]
+    """Per gap ``s`` in ``-1 .. n_steps`` (index ``s + 1``): the sum of ``size_of(b)`` over blocks
+    with ``first <= s < last``, by one sweep over a difference array."""
+    diff = [0] * (n_steps + 3)
+    for b in blocks:
+        size = size_of(b)
+        if size and b.first < b.last:
+            diff[max(b.first, -1) + 1] += size
+            diff[min(b.last, n_steps + 1) + 1] -= size
+    out, running = [], 0
+    for d in diff[:-1]:
+        running += d
+        out.append(running)
+    return out
+
+
 def lower_bound(blocks: Sequence[Block], n_steps: int, alignment: int = 1) -> tuple[int, int]:
     """``(bytes, step)``: the most bytes planned blocks need at once, and the first step where.
 
     Two blocks are live together when ``max(first) < min(last)`` (ggml's both_live), so a
     block occupies the gaps between steps ``first .. last``; the bound is the largest sum
-    of padded sizes over any gap. A block never read (``last < first``) needs no bytes.
+    of padded sizes over any gap. A block never read (``last <= first``) needs no bytes.
     """
-    best, at = 0, -1
-    for s in range(-1, n_steps + 1):
-        total = sum(_pad(b.nbytes, alignment) for b in blocks if b.planned and b.first <= s < b.last)
-        if total > best:
-            best, at = total, s
-    return best, at
+    sums = _gap_sums(blocks, n_steps, lambda b: _pad(b.nbytes, alignment) if b.planned else 0)
+    best = max(sums, default=0)
+    return (best, sums.index(best) - 1) if best > 0 else (0, -1)
 
 
 def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
@@ -159,11 +172,10 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
             if key not in seen:
                 seen.add(key)
                 collisions.append((a, b, h.kind))
-        live_total, live_step = 0, -1
-        for s in range(-1, n + 1):
-            total = sum(b.nbytes for b in blocks if b.first <= s < b.last or b.first == s == b.last)
-            if total > live_total:
-                live_total, live_step = total, s
+        # most bytes live at once (every block, stale ones included: they hold bytes too)
+        live = _gap_sums(blocks, n, lambda b: b.nbytes)
+        live_total = max(live, default=0)
+        live_step = live.index(live_total) - 1 if live_total > 0 else -1
         bound, _ = lower_bound(blocks, n, alignment)
         nbytes = buf.nbytes if buf is not None else max(b.end for b in blocks)
         title = (f"buffer #{buffer_id} {buf.backend} {buf.buft} {buf.usage} {fmt_bytes(buf.nbytes)}"
