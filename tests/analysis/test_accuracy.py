@@ -202,6 +202,3 @@ def test_the_random_cases_do_corrupt_sometimes():
         else:
             clean += 1
     assert corrupted >= 2 and clean >= 2, (corrupted, clean)
-
-
-
