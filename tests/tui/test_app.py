@@ -1,0 +1,259 @@
+"""Pilot tests: navigation, the jump from a hazard to the map, filtering, sorting, export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vizalloc.cli.tui import export_writer
+from vizalloc.trace.api import save
+from vizalloc.trace.value import Trace
+from vizalloc.tui.app import VizallocApp
+from vizalloc.tui.screens.detail import DetailScreen
+from vizalloc.tui.screens.help import HelpScreen
+from vizalloc.tui.screens.memory_map import MapScreen
+from vizalloc.tui.screens.tensors import TensorsScreen
+from vizalloc.tui.widgets.memory_map import MemoryMap
+from vizalloc.tui.widgets.table import VirtualTable
+
+from tests.tui.conftest import ready
+from tests.tui.fixture_trace import G1, G3, NAMES, W, X
+
+pytestmark = pytest.mark.anyio
+SIZE = (120, 40)
+
+
+async def test_panes_by_tab_and_number(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert app.current_mode == "timeline"
+        seen = []
+        for _ in range(5):
+            await pilot.press("tab")
+            await pilot.pause()
+            seen.append(app.current_mode)
+        assert seen == ["map", "tensors", "hazards", "graph", "timeline"]
+        await pilot.press("shift+tab")
+        assert app.current_mode == "graph"
+        await pilot.press("3")
+        assert app.current_mode == "tensors"
+
+
+async def test_timeline_cursor_and_enter_open_the_binding(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        table = app.screen.query_one("#steps", VirtualTable)
+        assert len(table.source) == 10
+        for _ in range(3):
+            await pilot.press("j")
+        assert table.cursor == 3 and app.selected_binding == 0   # the forward binding
+        await pilot.press("down", "down", "down", "down", "down")
+        assert app.selected_binding == 1
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.current_mode == "map"
+        screen = app.screen
+        assert isinstance(screen, MapScreen) and screen.bmap is not None and screen.bmap.binding_id == 1
+
+
+async def test_hazard_enter_jumps_to_the_collision(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("4")
+        table = app.screen.query_one("#hazards", VirtualTable)
+        kinds = [table.source.hazard(i).kind.value for i in range(len(table.source))]  # type: ignore[attr-defined]
+        target = kinds.index("stale-overlap")
+        for _ in range(target):
+            await pilot.press("down")
+        report = str(app.screen.query_one("#report").render())
+        assert "stale-overlap" in report
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.current_mode == "map"
+        mmap = app.screen.query_one(MemoryMap)
+        assert mmap.panel is not None and mmap.panel.buffer_id == 1
+        assert mmap.selected == frozenset({X, G1})
+        under = {b.tensor_id for b in mmap.cursor_blocks()}
+        assert {X, G1} <= under, "the cursor sits where both tensors collide"
+        info = str(app.screen.query_one("#info").render())
+        assert "collides with" in info
+
+
+async def test_map_cursor_zoom_and_buffers(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2")
+        mmap = app.screen.query_one(MemoryMap)
+        bpr = mmap.geom.bytes_per_row
+        await pilot.press("minus")
+        assert mmap.geom.bytes_per_row == bpr * 2
+        await pilot.press("plus", "plus")
+        assert mmap.geom.bytes_per_row == bpr // 2
+        width = mmap.geom.step_width
+        await pilot.press("greater_than_sign")
+        assert mmap.geom.step_width == min(width * 2, 32)
+        col = mmap.cursor_col
+        await pilot.press("l")
+        assert mmap.geom.steps_of(mmap.cursor_col)[0] == mmap.geom.steps_of(col)[0] + 1
+        row = mmap.cursor_row
+        await pilot.press("j")
+        assert mmap.cursor_row == row + 1
+        first = mmap.panel.buffer_id if mmap.panel else None
+        await pilot.press("b")
+        assert mmap.panel is not None and mmap.panel.buffer_id != first
+        await pilot.press("p")
+        screen = app.screen
+        assert isinstance(screen, MapScreen) and screen.bmap is not None and screen.bmap.binding_id == 0
+
+
+async def test_tensor_filter_by_name_and_state(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3")
+        table = app.screen.query_one("#tensors", VirtualTable)
+        assert len(table.source) == 9
+        await pilot.press("slash", *"blk", "enter")
+        await pilot.pause()
+        assert len(table.source) == 2
+        names = {table.source.cells(i)[1] for i in range(2)}
+        assert names == {"blk.0.grad_y", "blk.0.grad_h"}
+        assert table.has_focus
+        await pilot.press("slash", "ctrl+u", "enter")   # clear the name filter
+        await pilot.pause()
+        assert len(table.source) == 9
+        await pilot.press("f")                           # state: stale
+        stale = {table.source.tensor_id(i) for i in range(len(table.source))}  # type: ignore[attr-defined]
+        assert X in stale and W not in stale and G1 not in stale
+
+
+async def test_tensor_sorting(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3")
+        screen = app.screen
+        assert isinstance(screen, TensorsScreen)
+        table = screen.query_one("#tensors", VirtualTable)
+        await pilot.press("b")   # bytes, largest first
+        sizes = [int(table.source.cells(i)[7]) for i in range(len(table.source))]
+        assert sizes == sorted(sizes, reverse=True) and table.source.tensor_id(0) == W  # type: ignore[attr-defined]
+        await pilot.press("r")
+        sizes = [int(table.source.cells(i)[7]) for i in range(len(table.source))]
+        assert sizes == sorted(sizes)
+        await pilot.press("n")
+        ids = [table.source.tensor_id(i) for i in range(len(table.source))]  # type: ignore[attr-defined]
+        assert [NAMES[t] for t in ids] == sorted(NAMES[t] for t in ids)
+        await pilot.press("n")
+        ids_rev = [table.source.tensor_id(i) for i in range(len(table.source))]  # type: ignore[attr-defined]
+        assert ids_rev == ids[::-1]
+
+
+async def test_detail_and_help_screens(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3", "enter")   # tensor #0: x
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen) and app.screen.tensor_id == X
+        history = app.screen.query_one("#history", VirtualTable)
+        kinds = [history.source.cells(i)[1] for i in range(len(history.source))]
+        assert kinds[0] == "created" and "placed" in kinds and "read" in kinds
+        await pilot.press("m")   # its memory map
+        await pilot.pause()
+        assert app.current_mode == "map" and app.screen.query_one(MemoryMap).selected == frozenset({X})
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MapScreen)
+
+
+async def test_mouse_click_and_double_click(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3")
+        table = app.screen.query_one("#tensors", VirtualTable)
+        await pilot.click("#tensors", offset=(3, 4))    # header is line 0: row 3
+        assert table.cursor == 3
+        await pilot.double_click("#tensors", offset=(3, 2))
+        await pilot.pause()
+        assert isinstance(app.screen, DetailScreen) and app.screen.tensor_id == 1
+
+
+async def test_export_from_the_map_and_the_graph(trace: Trace, tmp_path: Path) -> None:
+    app = VizallocApp(trace, export=export_writer(tmp_path, "fixed"))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2", "e")
+        await app.workers.wait_for_complete()
+        await pilot.press("5", "e")
+        await app.workers.wait_for_complete()
+        await pilot.press("5", "e")   # the same view again: a second file, nothing overwritten
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    layout = tmp_path / "fixed.b1.layout.svg"
+    assert layout.exists() and layout.read_text().lstrip().startswith("<?xml")
+    graph_files = [f for f in files if f.endswith((".dot", ".svg")) and "layout" not in f]
+    assert len(graph_files) == 2, files
+    text = (tmp_path / graph_files[0]).read_text()
+    assert "\x1b" not in text and ("digraph" in text or "<svg" in text)
+
+
+async def test_export_without_writer_says_so(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        assert any("not available" in str(n.message) for n in app._notifications)
+
+
+async def test_load_from_file_and_names_stay_inert(trace: Trace, tmp_path: Path) -> None:
+    path = tmp_path / "fixed.vztrace"
+    save(trace, path)
+    app = VizallocApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert len(app.scan.steps) == 10 and len(app.analysis.hazards) == 6  # type: ignore[union-attr]
+        for key in ("3", "4", "5", "2"):
+            await pilot.press(key)
+            await pilot.pause()
+            svg = app.export_screenshot()
+            assert "\x1b" not in svg and "\u202e" not in svg
+        await pilot.press("3")
+        await pilot.pause()
+        svg = app.export_screenshot()
+        assert "[bold]h[/bold]" in svg.replace("&#160;", " ")
+        assert "\\x1b[31my" in svg and "loss\\nnext" in svg
+
+
+async def test_a_broken_file_is_reported_not_raised(tmp_path: Path) -> None:
+    path = tmp_path / "bad.vztrace"
+    path.write_bytes(b"not a trace at all")
+    app = VizallocApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "not a vizalloc trace" in app.load_error
+        await pilot.press("3", "4", "2", "e")   # every pane copes with no analysis
+        await pilot.pause()
+
+
+def test_cli_refuses_missing_and_broken_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vizalloc.cli import main
+
+    assert main(["tui", str(tmp_path / "nope.vztrace")]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+    bad = tmp_path / "bad.vztrace"
+    bad.write_bytes(b"garbage")
+    assert main(["tui", str(bad)]) == 2
+    assert "not a vizalloc trace" in capsys.readouterr().err
+    assert main(["tui", str(tmp_path)]) == 2
