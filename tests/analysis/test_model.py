@@ -136,3 +136,16 @@ def test_event_at_and_node_seq():
     c = max(m.computes.values(), key=lambda c: c.begin_seq)
     seq = m.node_seq(c.compute_id, 1)
     assert isinstance(m.event_at(seq), ev.NodeCompute) and m.event_at(seq).index == 1
+
+
+def test_progress_callbacks_reach_the_total():
+    from vizalloc.analysis.hazards import find_hazards
+
+    tb, _ = stale_scenario()
+    seen: list[tuple[int, int]] = []
+    m = build_model(tb.events, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1] == (len(tb.events), len(tb.events))
+    seen.clear()
+    find_hazards(m, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (len(tb.events), len(tb.events))
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)

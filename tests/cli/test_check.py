@@ -96,3 +96,11 @@ def test_names_are_shown_inert(tmp_path, capsys):
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr().out
     assert "\x1b" not in out and "evil\\x1b[31m[red]" in out
+
+
+def test_no_progress_bar_without_a_terminal(capsys):
+    from vizalloc.cli.check import progress_bar
+
+    with progress_bar("x") as progress:
+        assert progress is None  # pytest's stderr is not a TTY
+    assert capsys.readouterr().err == ""
