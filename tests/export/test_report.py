@@ -36,8 +36,11 @@ def test_plans_carry_quality_against_the_lower_bound():
     assert second["n_externals"] == 2 and second["refused"] == {"external": 1}
     assert [r["cause"] for r in second["replans"]] == ["n_leafs"]
     (q,) = first["quality"]
-    assert q == {"slot": 0, "chunk": 0, "arena_nbytes": 288, "used_nbytes": 288, "lower_bound_nbytes": 288,
-                 "ratio": 1.0, "n_buffers": 2, "overlapping_pairs": 0}
+    assert {k: q[k] for k in ("slot", "plan_nbytes", "lower_bound_nbytes", "greedy_nbytes", "ratio",
+                              "n_blocks", "overlapping_pairs")} == {
+        "slot": 0, "plan_nbytes": 288, "lower_bound_nbytes": 288, "greedy_nbytes": 288, "ratio": 1.0,
+        "n_blocks": 2, "overlapping_pairs": 0}
+    assert [b["names"] for b in q["live_at_peak"]] == [["x", "t", "u"], ["s"]]
 
 
 def test_bindings_and_buffers():

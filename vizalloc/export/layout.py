@@ -8,8 +8,11 @@ its first write to its last read) and its byte range, labelled when the rectangl
 room, with a ``<title>`` tooltip giving the details. Stale tensors are hatched red;
 the bytes and steps where a finding says two tensors collide are hatched red and
 outlined. A dashed line marks the peak (the highest byte used), a vertical band the
-step where the most bytes are live, and a green line the lower bound: the most bytes
-the plan's own tensors need at any one step (no packing can use less).
+step where the most bytes are live, and a green line the lower bound of the binding's
+plan for that buffer from ``vizalloc.analysis.quality`` (the most bytes the plan's own
+tensors need at once; no packing can use less). Buffers that quality does not cover
+(several chunks, not the plan's) get the same bound computed here from the drawn live
+ranges (:func:`lower_bound`).
 
 The SVG is written as text (no dependency), every name escaped
 (:func:`vizalloc.export.escape.xml_escape`).
@@ -28,6 +31,7 @@ from typing import TextIO
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis.model import PlacementState, TraceModel
+from vizalloc.analysis.quality import plan_quality
 from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
@@ -176,13 +180,32 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
         live = _gap_sums(blocks, n, lambda b: b.nbytes)
         live_total = max(live, default=0)
         live_step = live.index(live_total) - 1 if live_total > 0 else -1
-        bound, _ = lower_bound(blocks, n, alignment)
+        bound = _analysis_bound(model, sel, buffer_id)
+        if bound is None:
+            bound, _ = lower_bound(blocks, n, alignment)
         nbytes = buf.nbytes if buf is not None else max(b.end for b in blocks)
         title = (f"buffer #{buffer_id} {buf.backend} {buf.buft} {buf.usage} {fmt_bytes(buf.nbytes)}"
                  if buf is not None else f"buffer #{buffer_id}")
         panels.append(Panel(buffer_id, title, nbytes, tuple(blocks), tuple(collisions),
                             max(b.end for b in blocks), live_step, live_total, bound))
     return Layout(sel, n, tuple(panels))
+
+
+def _analysis_bound(model: TraceModel, sel: Selection, buffer_id: int) -> int | None:
+    """The lower bound ``vizalloc.analysis.quality`` gives the binding's plan for this buffer's
+    slot, when the buffer is that slot's only chunk (None otherwise: the caller computes one)."""
+    buf = model.buffers.get(buffer_id)
+    plan = model.plans.get(sel.plan_id)
+    if buf is None or plan is None or buf.pool_id != plan.galloc_id or buf.slot < 0:
+        return None
+    chunks = plan.chunk_sizes[buf.slot] if buf.slot < len(plan.chunk_sizes) else ()
+    if len(chunks) != 1:
+        return None
+    for pq in plan_quality(model, plan.plan_id):
+        for sq in pq.slots:
+            if sq.slot == buf.slot:
+                return sq.lower_bound_bytes
+    return None
 
 
 # -- rendering ----------------------------------------------------------------------

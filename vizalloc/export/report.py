@@ -4,10 +4,10 @@ The schema is ``docs/report-schema.md`` (``"schema": "vizalloc.report/1"``); eve
 listed there is always present, ids are integers, sizes are bytes, ``seq`` values are
 event sequence numbers of the trace. Hazards are the analysis's own ``to_dict()``.
 
-Plan quality is measured per (plan, slot, chunk) on the plan's own MiniMalloc problem
-(:mod:`vizalloc.export.minimalloc`): ``arena_nbytes`` is the chunk size the planner
-recorded, ``lower_bound_nbytes`` the most bytes its tensors need at one time (no
-packing can do better), ``ratio`` their quotient (1.0 is optimal).
+Plan quality per (plan, buffer slot) comes from ``vizalloc.analysis.quality`` (the plan's
+bytes, the lower bound, greedy-by-size, fragmentation, padding, what is live at the
+peak); ``overlapping_pairs`` re-checks the recorded offsets on the plan's MiniMalloc
+problem (:mod:`vizalloc.export.minimalloc`): 0 for a correct planner.
 
     import io
     from vizalloc.analysis.model import build_model
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.quality import plan_quality
 from vizalloc.export.minimalloc import plan_problems
 
 SCHEMA = "vizalloc.report/1"
@@ -35,15 +36,24 @@ def _seq(x: int) -> int | None:
 
 
 def _quality(model: TraceModel, plan_id: int) -> list[dict[str, Any]]:
-    out = []
+    """Per buffer slot: ``vizalloc.analysis.quality`` figures, plus the MiniMalloc check of the offsets."""
+    overlaps: dict[int, int] = {}
     for p in plan_problems(model, plan_id):
-        bound = p.lower_bound
-        arena = p.recorded_nbytes or p.recorded_peak
-        out.append({
-            "slot": p.slot, "chunk": p.chunk, "arena_nbytes": arena, "used_nbytes": p.recorded_peak,
-            "lower_bound_nbytes": bound, "ratio": round(arena / bound, 4) if bound else None,
-            "n_buffers": len(p.rows), "overlapping_pairs": len(p.overlaps()),
-        })
+        overlaps[p.slot] = overlaps.get(p.slot, 0) + len(p.overlaps())
+    out = []
+    for pq in plan_quality(model, plan_id):
+        for sq in pq.slots:
+            out.append({
+                "slot": sq.slot, "plan_nbytes": sq.plan_bytes, "lower_bound_nbytes": sq.lower_bound_bytes,
+                "greedy_nbytes": sq.greedy_bytes,
+                "ratio": round(sq.plan_bytes / sq.lower_bound_bytes, 4) if sq.lower_bound_bytes else None,
+                "ratio_greedy": round(sq.plan_bytes / sq.greedy_bytes, 4) if sq.greedy_bytes else None,
+                "peak_step": sq.peak_step, "fragmentation_nbytes": sq.fragmentation_bytes,
+                "padding_nbytes": sq.padding_bytes, "n_blocks": sq.n_blocks,
+                "live_at_peak": [{"tensor_ids": list(b.tensor_ids), "names": list(b.names), "chunk": b.chunk,
+                                  "offset": b.offset, "nbytes": b.nbytes} for b in sq.live_at_peak],
+                "overlapping_pairs": overlaps.get(sq.slot, 0),
+            })
     return out
 
 
