@@ -162,3 +162,18 @@ def test_invalidate_defeated_by_a_reserve_in_between():
     kinds = {h.kind for h in hazards}
     assert result.max_update_diff > 1e-6
     assert HazardKind.STALE_OVERLAP in kinds or HazardKind.USE_AFTER_REUSE in kinds
+
+
+def test_demo_config_b_matches_what_real_ggml_showed():
+    """golden README, seed scenario config B (no reallocation): 14 both_live pairs per backward
+    step, and even the loss read after the backward step is wrong."""
+    rec = ListRecorder()
+    run("none", steps=2, seed=0, config="B", around_loop=lambda: rec)
+    model = build_model(rec.events)
+    hazards = find_hazards(model)
+    stale = [h for h in hazards if h.kind is HazardKind.STALE_OVERLAP]
+    assert len(stale) == 14
+    backward = sorted(b.binding_id for b in model.bindings.values())[1::2]
+    assert all(set(h.steps) == set(backward) for h in stale)
+    clobbered = [h for h in hazards if h.kind is HazardKind.CLOBBERED_OUTPUT]
+    assert [model.tensors[h.tensor_id].name for h in clobbered] == ["loss"]

@@ -45,8 +45,6 @@ class _State:
         self.model = model
         self.tensors = model.tensors
         self.cur: dict[int, Placement] = {}      # tensor -> current placement
-        self.key: dict[int, int] = {}            # tensor -> alias key of its current placement
-        self.pool: dict[int, bool] = {}          # tensor -> placed by a graph allocator (or a view of one)
         self.placed_seq: dict[int, int] = {}     # alias key -> seq its root was placed
         self.last_write: dict[int, int] = {}     # alias key -> seq of its last write
         self.maps: dict[int, ByteMap] = {}       # buffer -> last-writer map
@@ -60,8 +58,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     placements = model.placements
     next_placement = 0
     cur = st.cur
-    keys = st.key
-    pool_of = st.pool
     placed_seq = st.placed_seq
     maps = st.maps
     last_write = st.last_write
@@ -123,8 +119,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             next_placement += 1
             t = p.tensor_id
             cur[t] = p
-            keys[t] = p.alias
-            pool_of[t] = p.pool
             if p.alias == t:
                 placed_seq[t] = p.seq
         elif cls is TensorCleared:
@@ -142,7 +136,7 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 continue
             if p.buffer_id in freed:
                 _dangling(st, col, t, p, e, "read", compute_id)
-            _check_read(st, col, t, p, keys[t], e, compute_id, HazardKind.CLOBBERED_OUTPUT,
+            _check_read(st, col, t, p, p.alias, e, compute_id, HazardKind.CLOBBERED_OUTPUT,
                         e.offset, e.nbytes)  # type: ignore[attr-defined]
         elif cls is TensorCopy:
             src = e.src_id  # type: ignore[attr-defined]
@@ -150,7 +144,7 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             if p is not None:
                 if p.buffer_id in freed:
                     _dangling(st, col, src, p, e, "read", compute_id)
-                _check_read(st, col, src, p, keys[src], e, compute_id, HazardKind.USE_AFTER_REUSE,
+                _check_read(st, col, src, p, p.alias, e, compute_id, HazardKind.USE_AFTER_REUSE,
                             0, e.nbytes)  # type: ignore[attr-defined]
             _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
         elif cls is BufferCleared:
@@ -173,7 +167,7 @@ def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e
         return
     if p.buffer_id in st.freed:
         _dangling(st, col, t, p, e, "write", compute_id)
-    k = st.key[t]
+    k = p.alias
     bm = st.maps.get(p.buffer_id)
     if bm is None:
         bm = st.maps[p.buffer_id] = ByteMap()
@@ -221,7 +215,7 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
     lw = st.last_write.get(k)
     if lw is not None and lw < placed:
         lw = None  # written only under an earlier placement: not since this one
-    pool = st.pool.get(t, False)
+    pool = p.pool
     found: dict[tuple[HazardKind, int], list[tuple[int, int, int]]] = {}
     for s, end, rec in pieces:
         if rec is None:
