@@ -104,3 +104,15 @@ def test_no_progress_bar_without_a_terminal(capsys):
     with progress_bar("x") as progress:
         assert progress is None  # pytest's stderr is not a TTY
     assert capsys.readouterr().err == ""
+
+
+def test_check_shadow_names_the_first_corrupted_node(tmp_path, capsys):
+    path = tmp_path / "none_cap.vztrace"
+    run("none", steps=2, seed=0, around_loop=lambda: api.trace(path, capture_values=True))
+    assert main(["check", str(path), "--shadow", "--max-reports", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "first diverging node: 18 'grad for W1'" in out
+    assert "INCONCLUSIVE" in out  # the first backward step: parameter values were never captured
+    assert main(["check", str(path), "--shadow", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert any(s["conclusive"] and s["first_name"] == "grad for W1" for s in data["shadow"])

@@ -4,6 +4,12 @@
     vizalloc check run.vztrace --json                # {"hazards": [...], "counts": {...}}
     vizalloc check run.vztrace --fail-on stale-overlap,use-after-reuse
     vizalloc check run.vztrace --fail-on all         # re-plans fail too
+    vizalloc check run.vztrace --shadow              # prove it: replay computes with hazards
+
+``--shadow`` re-runs every compute that has a use-after-reuse, uninitialized-read or
+clobbered-output hazard twice from the values captured at its start (traces recorded with
+``capture_values=True``): with private memory and with the recorded placements, and names
+the first node whose output differs.
 
 Exit codes: 0 no hazard of the ``--fail-on`` kinds (default: every kind but replan),
 1 hazards of those kinds were found, 2 the trace cannot be read or the usage is wrong.
@@ -33,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", default=DEFAULT_FAIL_ON, metavar="KINDS",
                         help="comma-separated hazard kinds that make the exit code 1, 'all', or 'none' "
                              "(default: every kind but replan)")
+    parser.add_argument("--shadow", action="store_true",
+                        help="shadow-execute the computes with access hazards (needs captured values)")
     parser.add_argument("--max-reports", type=int, default=50, metavar="N",
                         help="print at most N reports in text mode (default: 50; counts are always complete)")
 
@@ -106,6 +114,26 @@ def counts(hazards: list[Any]) -> dict[str, int]:
     return out
 
 
+def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
+    """Shadow execution of the computes named by access hazards (those with captured values)."""
+    from vizalloc.analysis.hazards import HazardKind
+    from vizalloc.errors import UsageError as _UsageError
+    from vizalloc.replay.shadow import shadow_compute
+
+    kinds = {HazardKind.USE_AFTER_REUSE, HazardKind.UNINITIALIZED_READ, HazardKind.CLOBBERED_OUTPUT}
+    computes = sorted({c for h in hazards if h.kind in kinds for c in h.steps if c in model.computes})
+    captured = {s.compute_id for s in model.snapshots}
+    out = []
+    for cid in computes:
+        if cid not in captured:
+            continue
+        try:
+            out.append(shadow_compute(model, cid))
+        except _UsageError:
+            continue
+    return out
+
+
 def execute(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on)
     if args.max_reports < 0:
@@ -114,10 +142,16 @@ def execute(args: argparse.Namespace) -> int:
     hazards = analyse(model)
     found = counts(hazards)
     failing = [h for h in hazards if h.kind in fail_on]
+    shadows = shadow_results(model, hazards) if args.shadow else []
+    if args.shadow and not model.snapshots:
+        print("vizalloc check: --shadow: the trace has no captured values; record it with capture_values=True",
+              file=sys.stderr)
     if args.json:
-        json.dump({"trace": args.trace, "events": model.n_events, "hazards": [h.to_dict() for h in hazards],
-                   "counts": found, "fail_on": sorted(k.value for k in fail_on), "failed": bool(failing)},
-                  sys.stdout, indent=2)
+        data = {"trace": args.trace, "events": model.n_events, "hazards": [h.to_dict() for h in hazards],
+                "counts": found, "fail_on": sorted(k.value for k in fail_on), "failed": bool(failing)}
+        if args.shadow:
+            data["shadow"] = [r.to_dict() for r in shadows]
+        json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         out = sys.stdout
@@ -127,6 +161,8 @@ def execute(args: argparse.Namespace) -> int:
             out.write(h.report() + "\n\n")
         if len(hazards) > args.max_reports:
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
+        for r in shadows:
+            out.write(r.summary() + "\n\n")
         total = sum(found.values())
         listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
         verdict = "FAIL" if failing else "ok"

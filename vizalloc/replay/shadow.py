@@ -83,18 +83,26 @@ class ShadowResult:
     def diverged(self) -> bool:
         return self.first_diverging >= 0 or any(d > self.tolerance for _, _, d in self.output_diffs)
 
+    @property
+    def conclusive(self) -> bool:
+        """The recorded-placement replay reproduced the captured results, so its verdict holds."""
+        return self.reproduces_trace
+
     def summary(self) -> str:
         lines = [f"shadow execution of compute #{self.compute_id} (graph #{self.graph_id}): "
                  f"{len(self.node_diffs)} nodes replayed"]
-        if self.first_diverging >= 0:
+        if not self.conclusive:
+            lines.append("INCONCLUSIVE: the replay with the recorded placements does not reproduce the captured "
+                         "results, so its per-node verdict is not evidence")
+        elif self.first_diverging >= 0:
             lines.append(f"first diverging node: {self.first_diverging} '{self.first_name}' "
                          f"(#{self.first_tensor_id}), max abs diff {self.max_abs_diff:.6g}")
         else:
             lines.append("no node output differs from the private-memory run")
         for tid, name, diff in self.output_diffs:
             lines.append(f"captured result '{name}' (#{tid}) vs private run: max abs diff {diff:.6g}")
-        lines.append("the recorded placements reproduce the captured results" if self.reproduces_trace
-                     else "the recorded-placement replay does NOT reproduce the captured results")
+        if self.reproduces_trace:
+            lines.append("the recorded placements reproduce the captured results")
         lines.extend(self.notes)
         return "\n".join(lines)
 
@@ -107,7 +115,8 @@ class ShadowResult:
                             "max_abs_diff": _json_float(d.max_abs_diff)} for d in self.node_diffs],
             "output_diffs": [{"tensor_id": t, "name": n, "max_abs_diff": _json_float(d)}
                              for t, n, d in self.output_diffs],
-            "reproduces_trace": self.reproduces_trace, "tolerance": self.tolerance, "notes": list(self.notes),
+            "reproduces_trace": self.reproduces_trace, "conclusive": self.conclusive, "tolerance": self.tolerance,
+            "notes": list(self.notes),
         }
 
 
