@@ -1,29 +1,39 @@
-"""Encoding a run of events as one chunk, and decoding it back.
+"""Encoding runs of events as chunks, and decoding many chunks back at once.
 
-A chunk is columnar. Events are grouped by kind, and every field of a kind becomes a
-run of values in one of five sections, in a fixed order the schema determines:
+Every event kind has a fixed *row* of int64 slots: ``seq`` and ``t_ns`` (as differences
+from the previous event of the same kind in the file), the location id, then one slot
+per field: the value (ints, bools), an id into the file's interned string table
+(strings, enum values), or, for tuples and other variable-size values, the number of
+*items* the value occupies in a separate item stream (bytes fields: the number of bytes
+in the raw blob). A chunk stores its events grouped by kind, rows one after another,
+so the rows of one kind from many chunks simply concatenate.
 
-* ``ints``: every integer of the chunk (ids, sizes, ``seq``, ``t_ns``, string ids,
-  location ids, tuple lengths) as little-endian int64, *byte-shuffled* (all first bytes,
-  then all second bytes, ...), so the mostly-zero high bytes form long runs;
-* ``floats``: float64 values (op params);
-* ``small``: one byte per value: the kind of every event in order, bools, item tags;
-* ``text``: the UTF-8 bytes of the strings this chunk adds to the file's string table;
-* ``blob``: raw ``bytes`` fields (``ValueSnapshot.data``), kept out of compression.
+A chunk's metadata (what goes through zlib) is::
 
-Strings and source locations are interned per file: a chunk carries only those no
-earlier chunk carried, and columns hold their ids. All but the blob then goes through
-one zlib stream for the whole file, flushed (``Z_SYNC_FLUSH``) at the end of every
-chunk: small chunks compress as well as large ones, and each chunk is decodable as
-soon as it is written. Encoder and decoder are therefore stateful and chunks must be
-decoded in file order, which is also what makes any prefix of a file readable.
+    head   struct <6IB: n_events n_strings n_locs n_rows_ints n_items n_text int_planes
+    kinds  u8[n_events]            the kind of every event, in recording order
+    lens   u32[n_strings]          byte lengths of the strings new in this chunk
+    text   the UTF-8 bytes of those strings
+    ints   int64[3 n_locs + n_rows_ints + n_items], zigzag-coded, byte-shuffled (all first
+           bytes, then all second bytes, ...), all-zero byte planes left out
+           (bit i of int_planes says whether plane i is present): new locations
+           (file id, line, function id), then the rows, then the items
+
+and the blob (``ValueSnapshot.data``) follows it raw. All chunks' metadata goes through
+one zlib stream, flushed at every chunk, so small chunks compress as well as big ones.
+
+The decoder does the per-chunk minimum (decompress, unshuffle, keep the pieces) and
+builds events for many chunks at once with numpy: rows are gathered per kind,
+differences summed, ids mapped, and each kind's events made by one ``map`` over its
+columns with the kind's fast constructor. That is what makes a 2M-event file of small
+chunks (one per graph compute) load in seconds.
 
     >>> from vizalloc.trace import events as ev
-    >>> from vizalloc.trace.chunks import ChunkEncoder, ChunkDecoder, assemble
+    >>> from vizalloc.trace.chunks import ChunkEncoder, ChunkDecoder
     >>> enc, dec = ChunkEncoder(), ChunkDecoder.for_current_schema()
     >>> evs = [ev.Marker(1, 100, None, "a"), ev.ContextFreed(2, 150, None, 7)]
     >>> meta, blob = enc.encode(evs)
-    >>> assemble(*dec.decode(meta, blob, len(evs))) == evs
+    >>> dec.assemble([dec.decode(meta, blob, len(evs))]) == evs
     True
 """
 
@@ -33,9 +43,11 @@ import enum
 import struct
 import sys
 import zlib
-from array import array
+from array import array as _array
+from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate, chain
+from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -45,60 +57,128 @@ from vizalloc.trace import events as ev
 from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
 
 _Location = ev.Location
-# Tags of the items of a ``scalar`` tuple (op params).
-_TAG_INT, _TAG_FLOAT, _TAG_STR, _TAG_BOOL, _TAG_NONE = range(5)
-# n_strings, n_locs, n_kinds, n_ints, int planes present (bit mask), n_floats, n_small, n_text
-_SECTIONS = struct.Struct("<4IB3I")
-_I64_MIN, _I64_SPAN = -(1 << 63), 1 << 64
-_INT64 = "q" if array("q").itemsize == 8 else "l"
+_HEAD = struct.Struct("<6IB")
+_INT64 = "q" if struct.calcsize("q") == 8 else "l"
 _BIG_ENDIAN = sys.byteorder == "big"
+_I64_MIN, _I64_SPAN = -(1 << 63), 1 << 64
+_F64 = struct.Struct("<d")
+_I64 = struct.Struct("<q")
+# scalar item tags (op params)
+_TAG_INT, _TAG_FLOAT, _TAG_STR, _TAG_BOOL, _TAG_NONE = range(5)
+_SIMPLE = frozenset({"int", "bool", "str", "float"})
+
+# slot kinds of a field
+_S_INT, _S_BOOL, _S_STR, _S_ENUM, _S_FLOAT, _S_TUPLE_INT, _S_VAR, _S_BYTES = range(8)
 
 
 class EncodeError(ValueError):
     """An event field holds a value its codec cannot store."""
 
 
-def _pack_ints(ints: list[int]) -> tuple[bytes, int]:
-    """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped.
+def _is_simple(codec: str) -> bool:
+    return codec in _SIMPLE or codec.startswith("enum:")
 
-    Returns the bytes and the bit mask of the byte planes present.
-    """
-    arr = array(_INT64, ints)  # TypeError for a non-integer, OverflowError past int64
+
+def _slot_kind(codec: str) -> int:
+    if codec == "int":
+        return _S_INT
+    if codec == "bool":
+        return _S_BOOL
+    if codec == "str":
+        return _S_STR
+    if codec.startswith("enum:"):
+        return _S_ENUM
+    if codec == "float":
+        return _S_FLOAT
+    if codec == "tuple<int>":
+        return _S_TUPLE_INT
+    if codec == "bytes":
+        return _S_BYTES
+    if codec.startswith("tuple<") or codec == "scalar":
+        if "bytes" in codec:
+            raise TypeError(f"codec {codec}: bytes are only supported as a whole field")
+        return _S_VAR
+    raise TypeError(f"unknown codec {codec}")  # pragma: no cover
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one kind's fields map to row slots."""
+
+    schema: KindSchema
+    width: int
+    slots: tuple[int, ...]          # slot kind per field
+    var: tuple[int, ...]            # row columns holding item counts (tuples, scalars)
+    blobs: tuple[int, ...]          # row columns holding blob byte counts
+
+
+def _plan(schema: KindSchema) -> _Plan:
+    slots = tuple(_slot_kind(c) for c in schema.codecs)
+    var = tuple(3 + j for j, s in enumerate(slots) if s in (_S_TUPLE_INT, _S_VAR))
+    blobs = tuple(3 + j for j, s in enumerate(slots) if s == _S_BYTES)
+    return _Plan(schema, 3 + len(slots), slots, var, blobs)
+
+
+_PLANS: dict[type[ev.Event], _Plan] = {cls: _plan(s) for cls, s in SCHEMA.items()}
+
+
+def _float_bits(v: Any) -> int:
+    if not isinstance(v, float):
+        raise EncodeError(f"expected a float, got {v!r}")
+    return int(_I64.unpack(_F64.pack(v))[0])
+
+
+def _bits_float(i: int) -> float:
+    return float(_F64.unpack(_I64.pack(i))[0])
+
+
+def _pack_ints(ints: Sequence[int]) -> tuple[bytes, int]:
+    """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped."""
+    arr = ints if isinstance(ints, _array) else _array(_INT64, ints)  # TypeError / OverflowError
     if _BIG_ENDIAN:  # pragma: no cover
         arr.byteswap()
+    if not len(arr):
+        return b"", 0
     a = np.frombuffer(arr, dtype="<i8")
     z = ((a << 1) ^ (a >> 63)).view(np.uint8).reshape(-1, 8).T
     present = z.any(axis=1)
-    mask = int(np.packbits(present, bitorder="little")[0]) if len(a) else 0
+    mask = int(np.packbits(present, bitorder="little")[0])
     return z[present].tobytes(), mask
 
 
-def _unpack_ints(data: bytes | memoryview, n: int, mask: int) -> list[int]:
-    present = np.unpackbits(np.array([mask], dtype=np.uint8), bitorder="little").astype(bool)
-    if len(data) != n * int(present.sum()):
-        raise ValueError(f"integer section has {len(data)} bytes for {n} values in {int(present.sum())} planes")
-    planes = np.zeros((8, n), dtype=np.uint8)
-    planes[present] = np.frombuffer(data, dtype=np.uint8).reshape(-1, n) if n else planes[present]
-    z = np.ascontiguousarray(planes.T).view("<u8").reshape(-1)
-    a = ((z >> np.uint64(1)) ^ (np.uint64(0) - (z & np.uint64(1)))).view("<i8")
-    return a.tolist()  # type: ignore[no-any-return]
+_PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]
 
 
-def _deltas(col: Sequence[int], prev: int) -> list[int]:
-    """Differences from the previous value (wrapped to int64 if they leave it; values must fit int64)."""
-    out = [x - p for p, x in zip(chain((prev,), col), col)]
-    if out and (min(out) < _I64_MIN or max(out) >= -_I64_MIN):
-        array(_INT64, col)  # OverflowError when a value itself is outside int64
-        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
+def _unpack_planes(data: memoryview, n: int, mask: int) -> np.ndarray:
+    """``_pack_ints``'s bytes as an (8, n) uint8 array of byte planes (the transpose is left
+    for later, so it is done once for many chunks)."""
+    planes = _PLANES[mask]
+    if len(data) != n * len(planes):
+        raise ValueError(f"integer section has {len(data)} bytes for {n} values in {len(planes)} byte planes")
+    out = np.zeros((8, n), dtype=np.uint8)
+    if n and planes:
+        out[planes] = np.frombuffer(data, dtype=np.uint8).reshape(len(planes), n)
     return out
 
 
-def _undeltas(deltas: list[int], prev: int) -> list[int]:
-    it = accumulate(chain((prev,), deltas))
-    next(it)
-    out = list(it)
+def _join_planes(pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """Byte-plane pieces (8, n_i) -> the int64 values, zigzag decoded."""
+    planes = np.concatenate(pieces, axis=1) if len(pieces) != 1 else pieces[0]
+    z = np.ascontiguousarray(planes.T).view("<u8").reshape(-1)
+    low = (z & np.uint64(1)).view(np.int64)
+    np.negative(low, out=low)
+    z >>= np.uint64(1)
+    out = z.view(np.int64)
+    out ^= low
+    return out
+
+
+def _deltas(col: Sequence[int], prev: int) -> list[int]:
+    """Differences from the previous value, wrapped into int64 (values themselves must fit int64)."""
+    out = [x - p for p, x in zip(chain((prev,), col), col)]
     if out and (min(out) < _I64_MIN or max(out) >= -_I64_MIN):
-        out = [(v - _I64_MIN) % _I64_SPAN + _I64_MIN for v in out]
+        _array(_INT64, col)  # OverflowError when a value itself is outside int64
+        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
     return out
 
 
@@ -116,8 +196,8 @@ class ChunkEncoder:
         self._lid_by_value: dict[ev.Location, int] = {}
         self._locs: list[ev.Location] = []              # keeps interned objects (and their ids) alive
         self._new_locs: list[ev.Location] = []
-        self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
         self._carry: dict[type[ev.Event], tuple[int, int]] = {}   # last (seq, t_ns) per kind
+        self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
 
     @property
@@ -134,51 +214,61 @@ class ChunkEncoder:
 
         ``rows_only`` promises that every item is a row (skips a per-item check).
         """
-        groups: dict[type[ev.Event], list[Any]] = {}
+        groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
         for cls, item in zip(classes, items):
-            group = groups.get(cls)
-            if group is None:
-                if cls not in SCHEMA:
-                    raise EncodeError(f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events")
-                group = groups[cls] = []
-            group.append(item)
+            groups[cls].append(item)
+        for cls in groups:
+            if cls not in SCHEMA:
+                raise EncodeError(f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events")
         index = {cls: SCHEMA[cls].index for cls in groups}
-        present = sorted(groups, key=index.__getitem__)
-        small = bytearray([index[c] for c in classes])
-        ints: list[int] = []
-        floats: list[float] = []
+        kinds = bytes([index[c] for c in classes])
+        rows_ints: list[int] = []
+        item_ints: list[int] = []
         blob: list[bytes] = []
-        ints += [index[c] for c in present]
-        ints += [len(groups[c]) for c in present]
-        for cls in present:
-            schema = SCHEMA[cls]
+        for cls in sorted(groups, key=index.__getitem__):
             group = groups[cls]
             if not rows_only:
                 getter = self._getters[cls]
                 group = [x if type(x) is tuple else getter(x) for x in group]
             try:
-                self._encode_kind(schema, group, ints, floats, small, blob)
-            except (TypeError, AttributeError) as exc:
-                raise EncodeError(f"{schema.name}: a field holds a value the trace file cannot store: {exc}") from exc
-        # the tables go first (the decoder needs them before the columns) but are known last
-        head_ints, text = self._pack_tables()
-        ints = head_ints + ints
+                self._encode_kind(_PLANS[cls], group, rows_ints, item_ints, blob)
+            except EncodeError as exc:
+                raise EncodeError(f"{cls.__name__}.{exc}") from None
+            except (TypeError, AttributeError, ValueError) as exc:
+                raise EncodeError(f"{cls.__name__}: a field holds a value the trace file cannot store: {exc}") from exc
+        loc_ints, lens, text = self._pack_tables()
         try:
-            int_bytes, planes = _pack_ints(ints)
-            float_bytes = array("d", floats)
+            arr = _array(_INT64, loc_ints)
+            arr.extend(_array(_INT64, rows_ints))
+            arr.extend(_array(_INT64, item_ints))
         except (TypeError, OverflowError) as exc:
-            raise EncodeError(f"an integer field holds a value outside the signed 64-bit range or not an int: {exc}"
-                              ) from exc
-        if _BIG_ENDIAN:  # pragma: no cover
-            float_bytes.byteswap()
-        n_strings, n_locs = self._last_table_sizes
+            raise EncodeError(f"{self._culprit(groups, rows_only)}: not an integer or outside the signed 64-bit "
+                              f"range ({exc})") from exc
+        int_bytes, planes = _pack_ints(arr)
+        n_strings = len(lens)
         raw = b"".join((
-            _SECTIONS.pack(n_strings, n_locs, len(present), len(ints), planes, len(floats), len(small), len(text)),
-            int_bytes, float_bytes.tobytes(), bytes(small), text,
+            _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes),
+            kinds, _array("I", lens).tobytes() if not _BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
+            text, int_bytes,
         ))
         if self._zlib is not None:
             raw = self._zlib.compress(raw) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
         return raw, b"".join(blob)
+
+    def _culprit(self, groups: dict[type[ev.Event], list[Any]], rows_only: bool) -> str:
+        """Which field held a value int64 cannot store (only called after a failure)."""
+        for cls, group in groups.items():
+            schema = SCHEMA[cls]
+            for x in group:
+                row = x if type(x) is tuple else self._getters[cls](x)
+                for name, codec, v in zip(("seq", "t_ns", *schema.fields), ("int", "int", *schema.codecs),
+                                          (row[0], row[1], *row[3:])):
+                    values = v if codec == "tuple<int>" else (v,) if codec == "int" else ()
+                    try:
+                        _array(_INT64, values)
+                    except (TypeError, OverflowError):
+                        return f"{schema.name}.{name} = {v!r}"
+        return "an integer field"  # pragma: no cover
 
     # -- tables --------------------------------------------------------------
     def _sid_list(self, values: Sequence[Any]) -> list[int]:
@@ -187,21 +277,24 @@ class ChunkEncoder:
             return [sids[s] for s in values]
         except (KeyError, TypeError):
             pass
-        out = []
-        for s in values:
-            if type(s) is not str:
-                if isinstance(s, enum.Enum) and isinstance(s.value, str):
-                    s = s.value
-                elif isinstance(s, str):
-                    s = str.__str__(s)
-                else:
-                    raise EncodeError(f"expected a string, got {s!r}")
-            i = sids.get(s)
-            if i is None:
-                i = sids[s] = len(sids)
-                self._new_strings.append(s)
-            out.append(i)
-        return out
+        return [self._sid(s) for s in values]
+
+    def _sid(self, s: Any) -> int:
+        i = self._sids.get(s) if type(s) is str else None
+        if i is not None:
+            return i
+        if type(s) is not str:
+            if isinstance(s, enum.Enum) and isinstance(s.value, str):
+                s = s.value
+            elif isinstance(s, str):
+                s = str.__str__(s)
+            else:
+                raise EncodeError(f"expected a string, got {s!r}")
+        i = self._sids.get(s)
+        if i is None:
+            i = self._sids[s] = len(self._sids)
+            self._new_strings.append(s)
+        return i
 
     def _loc_list(self, locs: Sequence[Any]) -> list[int]:
         lids = self._lids
@@ -224,91 +317,119 @@ class ChunkEncoder:
             out.append(i)
         return out
 
-    def _pack_tables(self) -> tuple[list[int], bytes]:
+    def _pack_tables(self) -> tuple[list[int], list[int], bytes]:
         locs, self._new_locs = self._new_locs, []
-        # location strings may be new too: intern them before the string table is written
-        files = self._sid_list([loc.file for loc in locs])
-        funcs = self._sid_list([loc.function for loc in locs])
+        loc_ints: list[int] = []
+        for loc in locs:  # their strings may be new too: intern them before the string table
+            loc_ints += (self._sid(loc.file), loc.line, self._sid(loc.function))
         strings, self._new_strings = self._new_strings, []
         encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
-        self._last_table_sizes = (len(strings), len(locs))
-        head = [len(b) for b in encoded] + files + [loc.line for loc in locs] + funcs
-        return head, b"".join(encoded)
+        return loc_ints, [len(b) for b in encoded], b"".join(encoded)
 
-    # -- columns -------------------------------------------------------------
-    def _encode_kind(self, schema: KindSchema, rows: list[tuple[Any, ...]], ints: list[int],
-                     floats: list[float], small: bytearray, blob: list[bytes]) -> None:
+    # -- rows ------------------------------------------------------------------
+    def _encode_kind(self, plan: _Plan, rows: list[tuple[Any, ...]], rows_ints: list[int],
+                     item_ints: list[int], blob: list[bytes]) -> None:
+        schema = plan.schema
         cols = list(zip(*rows))
-        if len(cols) != 3 + len(schema.fields):
-            raise EncodeError(f"{schema.name}: rows have {len(cols)} values, the kind has {3 + len(schema.fields)}")
+        if len(cols) != plan.width:
+            raise EncodeError(f"{len(cols)} values per event, the kind has {plan.width}")
         seq0, t0 = self._carry.get(schema.cls, (0, 0))
-        ints += _deltas(cols[0], seq0)
-        ints += _deltas(cols[1], t0)
+        slots: list[Sequence[Any]] = [_deltas(cols[0], seq0), _deltas(cols[1], t0), self._loc_list(cols[2])]
         self._carry[schema.cls] = (cols[0][-1], cols[1][-1])
-        ints += self._loc_list(cols[2])
-        for name, codec, col in zip(schema.fields, schema.codecs, cols[3:]):
+        var_cols: list[Sequence[Any]] = []
+        blob_cols: list[Sequence[Any]] = []
+        for name, codec, slot, col in zip(schema.fields, schema.codecs, plan.slots, cols[3:]):
             try:
-                self._encode_column(codec, col, ints, floats, small, blob)
+                if slot == _S_INT:
+                    slots.append(col)
+                elif slot == _S_STR:
+                    slots.append(self._sid_list(col))
+                elif slot == _S_TUPLE_INT:
+                    slots.append(list(map(len, col)))
+                    var_cols.append(col)
+                elif slot == _S_ENUM:
+                    try:
+                        values = [v._value_ for v in col]
+                    except AttributeError:
+                        values = [v._value_ if isinstance(v, enum.Enum) else v for v in col]
+                    slots.append(self._sid_list(values))
+                elif slot == _S_BOOL:
+                    if not all(v is True or v is False or v == 0 or v == 1 for v in col):
+                        raise EncodeError("expected booleans")
+                    slots.append([1 if v else 0 for v in col])
+                elif slot == _S_FLOAT:
+                    slots.append([_float_bits(v) for v in col])
+                elif slot == _S_VAR:
+                    flat = [self._flat(codec, v) for v in col]
+                    slots.append(list(map(len, flat)))
+                    var_cols.append(flat)
+                else:  # _S_BYTES
+                    if not all(isinstance(b, (bytes, bytearray)) for b in col):
+                        raise EncodeError("expected bytes")
+                    slots.append(list(map(len, col)))
+                    blob_cols.append(col)
             except EncodeError as exc:
-                raise EncodeError(f"{schema.name}.{name}: {exc}") from None
+                raise EncodeError(f"{name}: {exc}") from None
+        # row-major: the rows of a kind from many chunks then simply concatenate
+        rows_ints.extend(chain.from_iterable(zip(*slots)))
+        if var_cols:
+            item_ints.extend(chain.from_iterable(chain.from_iterable(zip(*var_cols))))
+        if blob_cols:
+            blob.extend(chain.from_iterable(zip(*blob_cols)))
 
-    def _encode_column(self, codec: str, col: Sequence[Any], ints: list[int], floats: list[float],
-                       small: bytearray, blob: list[bytes]) -> None:
-        if codec == "int":
-            ints += col
-        elif codec == "str":
-            ints += self._sid_list(col)
-        elif codec.startswith("tuple<"):
-            ints += map(len, col)
-            self._encode_column(codec[6:-1], list(chain.from_iterable(col)), ints, floats, small, blob)
-        elif codec.startswith("enum:"):
-            try:
-                values = [v._value_ for v in col]
-            except AttributeError:
-                values = [v._value_ if isinstance(v, enum.Enum) else v for v in col]
-            ints += self._sid_list(values)
-        elif codec == "bool":
-            if not all(v is True or v is False or v == 0 or v == 1 for v in col):
-                raise EncodeError("expected booleans")
-            small += bytes(map(bool, col))
-        elif codec == "scalar":
-            self._encode_scalars(col, ints, floats, small)
-        elif codec == "bytes":
-            if not all(isinstance(b, (bytes, bytearray, memoryview)) for b in col):
-                raise EncodeError("expected bytes")
-            ints += [len(b) if not isinstance(b, memoryview) else b.nbytes for b in col]
-            blob.extend(bytes(b) for b in col)
-        elif codec == "float":
-            floats.extend(map(float, col))
-        else:  # pragma: no cover - schema.codec_of knows no other
-            raise EncodeError(f"unknown codec {codec}")
-
-    def _encode_scalars(self, items: Sequence[Any], ints: list[int], floats: list[float], small: bytearray) -> None:
-        strs: list[Any] = []
-        vals: list[int] = []
-        for v in items:
+    def _flat(self, codec: str, v: Any) -> list[int]:
+        """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""
+        if codec == "scalar":
             if v is None:
-                small.append(_TAG_NONE)
-            elif isinstance(v, bool):
-                small.append(_TAG_BOOL)
-                vals.append(int(v))
-            elif isinstance(v, int):
-                small.append(_TAG_INT)
-                vals.append(int(v))
-            elif isinstance(v, float):
-                small.append(_TAG_FLOAT)
-                floats.append(float(v))
-            elif isinstance(v, str):
-                small.append(_TAG_STR)
-                strs.append(v)
-            else:
-                raise EncodeError(f"{v!r} is not an int, float, str, bool or None")
-        ints += vals
-        ints += self._sid_list(strs)
+                return [_TAG_NONE]
+            if isinstance(v, bool):
+                return [_TAG_BOOL, int(v)]
+            if isinstance(v, int):
+                return [_TAG_INT, int(v)]
+            if isinstance(v, float):
+                return [_TAG_FLOAT, _float_bits(v)]
+            if isinstance(v, str):
+                return [_TAG_STR, self._sid(v)]
+            raise EncodeError(f"{v!r} is not an int, float, str, bool or None")
+        if not codec.startswith("tuple<"):
+            raise EncodeError(f"no item encoding for {codec}")  # pragma: no cover
+        if not isinstance(v, tuple):
+            raise EncodeError(f"expected a tuple, got {v!r}")
+        inner = codec[6:-1]
+        if _is_simple(inner):
+            return [self._simple(inner, e) for e in v]
+        out: list[int] = []
+        for e in v:  # complex items carry their own length
+            flat = self._flat(inner, e)
+            out.append(len(flat))
+            out += flat
+        return out
+
+    def _simple(self, codec: str, v: Any) -> int:
+        if codec == "int":
+            if not isinstance(v, int):
+                raise EncodeError(f"expected an int, got {v!r}")
+            return int(v)
+        if codec == "bool":
+            return 1 if v else 0
+        if codec == "float":
+            return _float_bits(v)
+        return self._sid(v._value_ if isinstance(v, enum.Enum) else v)  # str, enum
+
+
+@dataclass(slots=True)
+class ChunkParts:
+    """What one decoded chunk keeps until its batch is assembled."""
+
+    offset: int             # byte offset of its frame in the file, for messages
+    kinds: bytes
+    rows: np.ndarray        # (8, n) byte planes of the zigzag-coded row ints
+    items: np.ndarray       # (8, n) byte planes of the item ints
+    blob: bytes
 
 
 class ChunkDecoder:
-    """Turns chunk bytes back into columns; keeps the file-wide tables between chunks.
+    """Turns chunk bytes back into events; keeps the file-wide tables between chunks.
 
     Args:
         kinds: the file's kinds in its index order (None where this vizalloc lacks the kind
@@ -318,10 +439,14 @@ class ChunkDecoder:
     """
 
     def __init__(self, kinds: Sequence[KindSchema | None], names: Sequence[str], compressed: bool) -> None:
-        self._kinds = list(kinds)
+        self._plans = [None if s is None else _PLANS[s.cls] for s in kinds]
         self._names = list(names)
+        self._widths = np.array([0 if p is None else p.width for p in self._plans] + [0] * (256 - len(kinds)),
+                                dtype=np.int64)
         self._strings: list[str] = []
+        self._string_array = np.empty(0, dtype=object)
         self._locs: list[ev.Location | None] = [None]
+        self._loc_array = np.empty(0, dtype=object)
         self._enum_values: dict[str, dict[int, Any]] = {}
         self._carry: dict[int, tuple[int, int]] = {}
         self._zlib = zlib.decompressobj() if compressed else None
@@ -330,92 +455,148 @@ class ChunkDecoder:
     def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
 
-    def decode(self, meta: bytes, blob: bytes, n_events: int) -> tuple[bytes, dict[int, list[list[Any]]]]:
-        """A chunk's kinds column and, per kind index, its columns (seq, t_ns, loc, fields...).
+    # -- per chunk: the minimum ------------------------------------------------------
+    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0) -> ChunkParts:
+        """Decompress and split one chunk; new strings and locations join the tables.
 
         Raises ValueError (or zlib.error, struct.error, IndexError) on malformed bytes.
         """
         if self._zlib is not None:
             meta = self._zlib.decompress(meta)
-        n_strings, n_locs, n_kinds, n_ints, planes, n_floats, n_small, n_text = _SECTIONS.unpack_from(meta, 0)
-        pos = _SECTIONS.size
-        n_int_bytes = n_ints * bin(planes).count("1")
-        ends = list(accumulate((n_int_bytes, 8 * n_floats, n_small, n_text), initial=pos))
-        if ends[-1] != len(meta):
-            raise ValueError(f"chunk sections add up to {ends[-1]} bytes, the chunk has {len(meta)}")
         view = memoryview(meta)
-        ints = _unpack_ints(view[ends[0]:ends[1]], n_ints, planes)
-        fl = array("d")
-        fl.frombytes(view[ends[1]:ends[2]])
+        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes = _HEAD.unpack_from(view, 0)
+        if n_ev != n_events:
+            raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
+        pos = _HEAD.size
+        kinds = bytes(view[pos:pos + n_ev])
+        pos += n_ev
+        lens = _array("I")
+        lens.frombytes(view[pos:pos + 4 * n_strings])
         if _BIG_ENDIAN:  # pragma: no cover
-            fl.byteswap()
-        small = bytes(view[ends[2]:ends[3]])
-        text = bytes(view[ends[3]:ends[4]])
-        state = _Cursor(ints, fl.tolist(), small, memoryview(blob))
-        # tables
-        lengths = state.take_ints(n_strings)
+            lens.byteswap()
+        pos += 4 * n_strings
+        text = bytes(view[pos:pos + n_text])
+        pos += n_text
+        n_ints = 3 * n_locs + n_rows + n_items
+        ints = _unpack_planes(view[pos:], n_ints, planes)
+        if len(kinds) != n_ev or len(lens) != n_strings or len(text) != n_text or sum(lens) != n_text:
+            raise ValueError("chunk sections do not add up")
         start = 0
-        for n in lengths:
-            if n < 0:
-                raise ValueError("negative string length")
+        for n in lens:
             self._strings.append(text[start:start + n].decode("utf-8", "surrogatepass"))
             start += n
-        if start != len(text):
-            raise ValueError("string table lengths do not match its bytes")
-        strings = self._strings
-        files, lines, funcs = state.take_ints(n_locs), state.take_ints(n_locs), state.take_ints(n_locs)
-        for f, line, fn in zip(files, lines, funcs):
-            self._locs.append(ev.Location(strings[f], line, strings[fn]))
-        kinds = state.take_small(n_events)
-        present = state.take_ints(n_kinds)
-        counts = state.take_ints(n_kinds)
-        if sum(counts) != n_events or min(counts, default=1) < 1:
-            raise ValueError("chunk kind counts do not add up")
-        if n_events:
-            tally = np.bincount(np.frombuffer(kinds, dtype=np.uint8), minlength=256)
-            if any(not 0 <= k < 256 or int(tally[k]) != c for k, c in zip(present, counts)):
-                raise ValueError("chunk kind counts do not match its kinds column")
-        out: dict[int, list[list[Any]]] = {}
-        locs = self._locs
-        for k, count in zip(present, counts):
-            schema = self._kinds[k] if 0 <= k < len(self._kinds) else None
-            if schema is None:
-                name = self._names[k] if 0 <= k < len(self._names) else f"#{k}"
-                raise ValueError(f"event kind {name} is unknown to this vizalloc or has other fields")
-            seq0, t0 = self._carry.get(k, (0, 0))
-            cols: list[list[Any]] = [_undeltas(state.take_ints(count), seq0), _undeltas(state.take_ints(count), t0),
-                                     [locs[i] for i in state.take_ints(count)]]
-            self._carry[k] = (cols[0][-1], cols[1][-1])
-            for codec in schema.codecs:
-                cols.append(self._decode_column(codec, state, count))
-            out[k] = cols
-        state.check_done()
-        return kinds, out
-
-    def _decode_column(self, codec: str, state: _Cursor, count: int) -> list[Any]:
-        if codec == "int":
-            return state.take_ints(count)
-        if codec == "str":
+        if n_locs:
             strings = self._strings
-            return [strings[i] for i in state.take_ints(count)]
-        if codec.startswith("tuple<"):
-            lens = state.take_ints(count)
-            if min(lens, default=0) < 0:
-                raise ValueError("negative tuple length")
-            offsets = list(accumulate(lens, initial=0))
-            flat = self._decode_column(codec[6:-1], state, offsets[-1])
-            return [tuple(flat[a:b]) for a, b in zip(offsets, offsets[1:])]
-        if codec.startswith("enum:"):
-            return self._enum_list(codec[5:], state.take_ints(count))
-        if codec == "bool":
-            return list(map(bool, state.take_small(count)))
-        if codec == "scalar":
-            return self._decode_scalars(state, count)
-        if codec == "bytes":
-            return state.take_blobs(state.take_ints(count))
-        if codec == "float":
-            return state.take_floats(count)
-        raise ValueError(f"unknown codec {codec}")  # pragma: no cover
+            vals = _join_planes([ints[:, : 3 * n_locs]]).tolist()
+            for i in range(0, len(vals), 3):
+                self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
+        rows_end = 3 * n_locs + n_rows
+        return ChunkParts(offset, kinds, ints[:, 3 * n_locs:rows_end], ints[:, rows_end:], blob)
+
+    # -- per batch: everything else ---------------------------------------------------
+    def assemble(self, parts: Sequence[ChunkParts]) -> list[ev.Event]:
+        """The events of consecutive decoded chunks, in recording order.
+
+        Raises ValueError (or IndexError) when the chunks do not fit their schema.
+        """
+        kinds = np.frombuffer(b"".join(p.kinds for p in parts), dtype=np.uint8)
+        n = len(kinds)
+        if n == 0:
+            return []
+        counts = np.array([len(p.kinds) for p in parts], dtype=np.int64)
+        present = np.flatnonzero(np.bincount(kinds, minlength=256))
+        for k in present.tolist():
+            if k >= len(self._plans) or self._plans[k] is None:
+                name = self._names[k] if k < len(self._names) else f"#{k}"
+                raise ValueError(f"event kind {name} is unknown to this vizalloc or has other fields")
+        # the file stores each chunk's events grouped by kind ("layout order")
+        chunk_of = np.repeat(np.arange(len(parts)), counts)
+        order = np.lexsort((kinds, chunk_of))
+        kinds_l = kinds[order]
+        widths = self._widths[kinds_l]
+        row_start = np.cumsum(widths) - widths
+        chunk_starts = np.cumsum(counts) - counts
+        _check_per_chunk(widths, chunk_starts, [p.rows.shape[1] for p in parts], "row", parts)
+        rows_all = _join_planes([p.rows for p in parts])
+        items_all = _join_planes([p.items for p in parts])
+        blob_all = b"".join(p.blob for p in parts)
+        if len(self._string_array) != len(self._strings):
+            self._string_array = np.empty(len(self._strings), dtype=object)
+            self._string_array[:] = self._strings
+        if len(self._loc_array) != len(self._locs):
+            self._loc_array = np.empty(len(self._locs), dtype=object)
+            self._loc_array[:] = self._locs
+        # 1. gather each kind's rows; count the items and blob bytes of every event
+        by_kind = np.argsort(kinds_l, kind="stable")
+        per_kind = np.bincount(kinds_l, minlength=256)
+        bounds = np.cumsum(per_kind)
+        item_total = np.zeros(n, dtype=np.int64)
+        blob_total = np.zeros(n, dtype=np.int64)
+        gathered: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for k in present.tolist():
+            plan = self._plans[k]
+            assert plan is not None
+            sel = by_kind[bounds[k] - per_kind[k]:bounds[k]]
+            rows = rows_all[row_start[sel][:, None] + np.arange(plan.width)]
+            if plan.var:
+                item_total[sel] = rows[:, plan.var].sum(axis=1)
+            if plan.blobs:
+                blob_total[sel] = rows[:, plan.blobs].sum(axis=1)
+            gathered.append((k, sel, rows))
+        if (item_total < 0).any() or (blob_total < 0).any():
+            raise ValueError("negative item or byte count")
+        _check_per_chunk(item_total, chunk_starts, [p.items.shape[1] for p in parts], "item", parts)
+        _check_per_chunk(blob_total, chunk_starts, [len(p.blob) for p in parts], "blob byte", parts)
+        item_start = np.cumsum(item_total) - item_total
+        blob_start = np.cumsum(blob_total) - blob_total
+        item_list: list[int] | None = None
+        # 2. columns per kind, events per kind, then back into recording order
+        out = np.empty(n, dtype=object)
+        for k, sel, rows in gathered:
+            plan = self._plans[k]
+            assert plan is not None
+            if plan.var and item_list is None:
+                item_list = items_all.tolist()
+            cols = self._columns(k, plan, rows, item_start[sel], blob_start[sel], item_list, blob_all)
+            built = np.empty(len(sel), dtype=object)
+            built[:] = list(map(plan.schema.new, *cols))
+            out[order[sel]] = built
+        return out.tolist()  # type: ignore[no-any-return]
+
+    def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
+                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+        seq0, t0 = self._carry.get(k, (0, 0))
+        seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
+        t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
+        self._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+        cols: list[list[Any]] = [seq.tolist(), t_ns.tolist(), self._loc_array[rows[:, 2]].tolist()]
+        item_pos = item_at.copy()
+        blob_pos = blob_at.copy()
+        for j, (codec, slot) in enumerate(zip(plan.schema.codecs, plan.slots)):
+            col = rows[:, 3 + j]
+            if slot == _S_INT:
+                cols.append(col.tolist())
+            elif slot == _S_STR:
+                cols.append(self._string_array[col].tolist())
+            elif slot == _S_ENUM:
+                cols.append(self._enum_list(codec[5:], col.tolist()))
+            elif slot == _S_BOOL:
+                cols.append((col != 0).tolist())
+            elif slot == _S_FLOAT:
+                cols.append([_bits_float(i) for i in col.tolist()])
+            elif slot == _S_BYTES:
+                starts, ends = blob_pos.tolist(), (blob_pos + col).tolist()
+                cols.append([blob[a:b] for a, b in zip(starts, ends)])
+                blob_pos += col
+            else:
+                assert items is not None
+                starts, ends = item_pos.tolist(), (item_pos + col).tolist()
+                if slot == _S_TUPLE_INT:
+                    cols.append([tuple(items[a:b]) for a, b in zip(starts, ends)])
+                else:
+                    cols.append([self._value(codec, items[a:b]) for a, b in zip(starts, ends)])
+                item_pos += col
+        return cols
 
     def _enum_list(self, enum_name: str, ids: list[int]) -> list[Any]:
         cache = self._enum_values.setdefault(enum_name, {})
@@ -433,96 +614,52 @@ class ChunkDecoder:
                     cache[i] = text  # a value this vizalloc's enum lacks: kept as its string
         return [cache[i] for i in ids]
 
-    def _decode_scalars(self, state: _Cursor, count: int) -> list[Any]:
-        tags = state.take_small(count)
-        n_int = sum(1 for t in tags if t in (_TAG_INT, _TAG_BOOL))
-        n_str = tags.count(_TAG_STR)
-        vals = iter(state.take_ints(n_int))
-        fls = iter(state.take_floats(tags.count(_TAG_FLOAT)))
-        strings = self._strings
-        strs = iter([strings[i] for i in state.take_ints(n_str)])
-        out: list[Any] = []
-        for tag in tags:
+    def _value(self, codec: str, items: list[int]) -> Any:
+        """A variable-size value from its item ints (see ``ChunkEncoder._flat``)."""
+        if codec == "scalar":
+            tag = items[0]
+            if tag == _TAG_NONE and len(items) == 1:
+                return None
+            if len(items) != 2:
+                raise ValueError(f"scalar item of {len(items)} ints")
             if tag == _TAG_INT:
-                out.append(next(vals))
-            elif tag == _TAG_FLOAT:
-                out.append(next(fls))
-            elif tag == _TAG_STR:
-                out.append(next(strs))
-            elif tag == _TAG_BOOL:
-                out.append(bool(next(vals)))
-            elif tag == _TAG_NONE:
-                out.append(None)
-            else:
-                raise ValueError(f"unknown scalar tag {tag}")
-        return out
-
-
-class _Cursor:
-    """Reading positions in a chunk's sections; every take checks it stays inside."""
-
-    __slots__ = ("ints", "floats", "small", "blob", "i", "f", "s", "b")
-
-    def __init__(self, ints: list[int], floats: list[float], small: bytes, blob: memoryview) -> None:
-        self.ints, self.floats, self.small, self.blob = ints, floats, small, blob
-        self.i = self.f = self.s = self.b = 0
-
-    def take_ints(self, n: int) -> list[int]:
-        i = self.i
-        if n < 0 or i + n > len(self.ints):
-            raise ValueError("integer section ends early")
-        self.i = i + n
-        return self.ints[i:i + n]
-
-    def take_floats(self, n: int) -> list[float]:
-        f = self.f
-        if f + n > len(self.floats):
-            raise ValueError("float section ends early")
-        self.f = f + n
-        return self.floats[f:f + n]
-
-    def take_small(self, n: int) -> bytes:
-        s = self.s
-        if n < 0 or s + n > len(self.small):
-            raise ValueError("byte section ends early")
-        self.s = s + n
-        return self.small[s:s + n]
-
-    def take_blobs(self, lengths: list[int]) -> list[bytes]:
+                return items[1]
+            if tag == _TAG_FLOAT:
+                return _bits_float(items[1])
+            if tag == _TAG_STR:
+                return self._strings[items[1]]
+            if tag == _TAG_BOOL:
+                return bool(items[1])
+            raise ValueError(f"unknown scalar tag {tag}")
+        inner = codec[6:-1]
+        if _is_simple(inner):
+            if inner == "int":
+                return tuple(items)
+            if inner == "bool":
+                return tuple(i != 0 for i in items)
+            if inner == "float":
+                return tuple(map(_bits_float, items))
+            if inner == "str":
+                return tuple(self._strings[i] for i in items)
+            return tuple(self._enum_list(inner[5:], items))
         out = []
-        b, blob = self.b, self.blob
-        for n in lengths:
-            if n < 0 or b + n > len(blob):
-                raise ValueError("bytes field runs past the chunk's blob")
-            out.append(bytes(blob[b:b + n]))
-            b += n
-        self.b = b
-        return out
-
-    def check_done(self) -> None:
-        if (self.i, self.f, self.s, self.b) != (len(self.ints), len(self.floats), len(self.small), len(self.blob)):
-            raise ValueError("chunk has values left over after its columns")
+        pos = 0
+        while pos < len(items):
+            size = items[pos]
+            if size < 0 or pos + 1 + size > len(items):
+                raise ValueError("item length runs past its value")
+            out.append(self._value(inner, items[pos + 1:pos + 1 + size]))
+            pos += 1 + size
+        return tuple(out)
 
 
-def assemble(kinds: bytes, columns: dict[int, list[list[Any]]], schemas: Sequence[KindSchema | None] | None = None
-             ) -> list[ev.Event]:
-    """Build the events of one or more decoded chunks, in their original order.
-
-    ``kinds`` is the per-event kind index column, ``columns`` the per-kind columns (all
-    chunks of a batch concatenated). Each kind's events are built in one ``map`` over
-    its columns with the kind's fast constructor; then they are put back in order.
-    """
-    kind_list = list(SCHEMA.values()) if schemas is None else schemas
-    built: dict[int, list[ev.Event]] = {}
-    for k, cols in columns.items():
-        schema = kind_list[k]
-        assert schema is not None, f"kind {k} decoded without a schema"
-        built[k] = list(map(schema.new, *cols))
-    if len(built) <= 1:
-        return next(iter(built.values()), [])
-    order = np.argsort(np.frombuffer(kinds, dtype=np.uint8), kind="stable")
-    flat = np.empty(len(kinds), dtype=object)
-    flat[:] = list(chain.from_iterable(built[k] for k in sorted(built)))
-    out = np.empty(len(kinds), dtype=object)
-    out[order] = flat
-    return out.tolist()  # type: ignore[no-any-return]
+def _check_per_chunk(per_event: np.ndarray, chunk_starts: np.ndarray, actual: list[int], what: str,
+                     parts: Sequence[ChunkParts]) -> None:
+    """Each chunk holds exactly the rows / items / blob bytes its events need."""
+    need = np.add.reduceat(per_event, chunk_starts) if len(per_event) else np.zeros(0, dtype=np.int64)
+    # reduceat gives a chunk with no events its next element: count those as 0
+    need = np.where(np.diff(np.append(chunk_starts, len(per_event))) > 0, need, 0)
+    bad = np.flatnonzero(need != np.array(actual, dtype=np.int64))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"the chunk at byte {parts[i].offset} has {actual[i]} {what}s, its events need {int(need[i])}")

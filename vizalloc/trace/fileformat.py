@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 from vizalloc.errors import TraceFormatError
 from vizalloc.trace import events as ev
-from vizalloc.trace.chunks import ChunkDecoder, ChunkEncoder, EncodeError, assemble
+from vizalloc.trace.chunks import ChunkDecoder, ChunkEncoder, ChunkParts, EncodeError
 from vizalloc.trace.schema import BY_NAME, SCHEMA, KindSchema
 from vizalloc.trace.value import FORMAT_VERSION, Trace, TraceHeader
 
@@ -51,8 +51,9 @@ _CRC = struct.Struct("<I")
 _FRAME = struct.Struct("<2sBBIIQI")
 FRAME_HEADER_SIZE = _FRAME.size + _CRC.size  # 28 bytes
 
-#: Default number of events per batch when reading in batches.
-BATCH_EVENTS = 1 << 18
+#: Default number of events per batch when reading in batches (big enough to amortize the
+#: per-batch numpy work, small enough that its arrays are reused instead of paged in anew).
+BATCH_EVENTS = 1 << 16
 
 
 class TraceTruncatedWarning(UserWarning):
@@ -200,7 +201,7 @@ class TraceFileReader:
         self.complete = False
         self.truncated_at: int | None = None
 
-    def chunks(self) -> Iterator[tuple[bytes, dict[int, list[list[Any]]]]]:
+    def chunks(self) -> Iterator[ChunkParts]:
         """Decoded chunks in file order; stops at the end record or at a truncation."""
         f = self._file
         while True:
@@ -241,7 +242,7 @@ class TraceFileReader:
             if kind != FRAME_CHUNK:
                 raise TraceFormatError(f"{self.name}: unknown frame type {kind} at byte {at}")
             try:
-                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events)
+                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events, at)
             except (ValueError, IndexError, KeyError, struct.error, zlib.error, UnicodeDecodeError) as exc:
                 raise TraceFormatError(f"{self.name}: undecodable chunk at byte {at}: {exc}") from exc
             self.n_events += n_events
@@ -249,24 +250,24 @@ class TraceFileReader:
 
     def batches(self, max_events: int = BATCH_EVENTS) -> Iterator[list[ev.Event]]:
         """Events in lists of about ``max_events`` (whole chunks), in order; memory stays bounded."""
-        kinds: list[bytes] = []
-        columns: dict[int, list[list[Any]]] = {}
+        parts: list[ChunkParts] = []
         pending = 0
-        for chunk_kinds, chunk_cols in self.chunks():
-            kinds.append(chunk_kinds)
-            for k, cols in chunk_cols.items():
-                acc = columns.get(k)
-                if acc is None:
-                    columns[k] = cols
-                else:
-                    for a, c in zip(acc, cols):
-                        a.extend(c)
-            pending += len(chunk_kinds)
+        for part in self.chunks():
+            parts.append(part)
+            pending += len(part.kinds)
             if pending >= max_events:
-                yield assemble(b"".join(kinds), columns, self.kinds)
-                kinds, columns, pending = [], {}, 0
-        if pending:
-            yield assemble(b"".join(kinds), columns, self.kinds)
+                yield self._assemble(parts)
+                parts, pending = [], 0
+        if parts:
+            yield self._assemble(parts)
+
+    def _assemble(self, parts: list[ChunkParts]) -> list[ev.Event]:
+        try:
+            return self._decoder.assemble(parts)
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise TraceFormatError(
+                f"{self.name}: undecodable chunks at bytes {parts[0].offset}..{self.offset}: {exc}"
+            ) from exc
 
     def warn_if_incomplete(self) -> None:
         """Warn (``TraceTruncatedWarning``) when reading stopped before the end record."""
@@ -291,8 +292,8 @@ def read_trace(file: BinaryIO, name: str = "trace") -> Trace:
     gc.disable()
     try:
         events: list[ev.Event] = []
-        for batch in reader.batches(max_events=1 << 62):
-            events = batch if not events else events + batch
+        for batch in reader.batches():
+            events += batch
     finally:
         if was_enabled:
             gc.enable()
