@@ -5,7 +5,11 @@ transformer-like graph (rms_norm, attention-like mul_mats, softmax, SwiGLU MLP, 
 several layers) in a fresh context, binds it with one graph allocator (the plan made for
 the first token is reused, as llama.cpp does) and computes it. The events of one token
 are then repeated with fresh ids (tensors, graphs, bindings, computes, seq) until the
-trace has 10k, 100k, 1M and 2M events, so the stream is the runtime's own event mix.
+trace has 10k, 100k, 1M and 2M events, so the stream is the runtime's own event mix
+("rebuild" mix). A second stream repeats only the compute of one bound graph (set the
+input, compute, read the output: the "reuse" mix, almost all ``NodeCompute``), which
+stresses the per-byte-range access check instead of the model. Each size is measured
+twice and the faster run is printed (the machine is shared).
 
     python benchmarks/analysis.py            # all sizes
     python benchmarks/analysis.py --quick    # 10k and 100k only
@@ -144,7 +148,40 @@ def repeat(prefix: list[ev.Event], token: list[ev.Event], n_events: int) -> list
     return out
 
 
+def repeat_compute(prefix: list[ev.Event], token: list[ev.Event], n_events: int) -> list[ev.Event]:
+    """The prefix and one full token, then only that token's compute again and again."""
+    begin = next(i for i, e in enumerate(token) if isinstance(e, ev.TensorSet))
+    end = max(i for i, e in enumerate(token) if isinstance(e, ev.TensorGet)) + 1
+    body = token[begin:end]
+    names = {cls: [f.name for f in fields(cls)] for cls in ev.KINDS.values()}
+    out = list(prefix) + list(token)
+    seq = out[-1].seq
+    k = 0
+    while len(out) < n_events:
+        k += 1
+        for e in body:
+            values = []
+            for name in names[type(e)]:
+                v = getattr(e, name)
+                if name == "seq":
+                    seq += 1
+                    v = seq
+                elif name == "compute_id":
+                    v = v + k * 1_000_000
+                values.append(v)
+            out.append(type(e)(*values))
+            if len(out) >= n_events:
+                break
+    return out
+
+
 def measure(events: list[ev.Event]) -> tuple[float, float, int]:
+    best = _measure_once(events)
+    again = _measure_once(events)
+    return min((best, again), key=lambda r: r[0] + r[1])
+
+
+def _measure_once(events: list[ev.Event]) -> tuple[float, float, int]:
     gc.collect()
     gc.disable()
     try:
@@ -166,15 +203,18 @@ def main() -> None:
     sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000, 2_000_000]
     print(f"one token: {len(token)} events "
           f"({sum(isinstance(e, ev.NodeCompute) for e in token)} node computes); prefix {len(prefix)} events")
-    stream = repeat(prefix, token, sizes[-1])
-    base_rate = None
-    for n in sizes:
-        t_model, t_hazards, n_hazards = measure(stream[:n])
-        total = t_model + t_hazards
-        rate = n / total
-        base_rate = base_rate or rate
-        print(f"{n:>9,} events: model {t_model:6.2f} s + hazards {t_hazards:6.2f} s = {total:6.2f} s "
-              f"-> {rate:>10,.0f} events/s (rate vs 10k: {rate / base_rate:.2f}); {n_hazards} hazard(s)")
+    for mix, make in (("rebuild", repeat), ("reuse", repeat_compute)):
+        stream = make(prefix, token, sizes[-1])
+        base_rate = None
+        print(f"{mix} mix:")
+        for n in sizes:
+            t_model, t_hazards, n_hazards = measure(stream[:n])
+            total = t_model + t_hazards
+            rate = n / total
+            base_rate = base_rate or rate
+            print(f"  {n:>9,} events: model {t_model:6.2f} s + hazards {t_hazards:6.2f} s = {total:6.2f} s "
+                  f"-> {rate:>10,.0f} events/s (rate vs 10k: {rate / base_rate:.2f}); {n_hazards} hazard(s)")
+        del stream
 
 
 if __name__ == "__main__":
