@@ -64,7 +64,7 @@ class TraceSession:
         flush_interval_s: float = 0.1,
         max_pending: int = 65536,
         max_pending_value_bytes: int = 16 << 20,
-        compress_level: int | None = 6,
+        compress_level: int | None = 1,
     ) -> None:
         if path is None and not keep_events:
             raise UsageError("trace(path=None, keep_events=False) would record nothing; give a path or keep the events")
@@ -328,7 +328,7 @@ def read_header(path: PathLike) -> TraceHeader:
         return TraceFileReader(f, os.fspath(path)).header
 
 
-def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 6) -> int:
+def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 1) -> int:
     """Write ``trace_`` to ``path`` (overwriting it); returns the bytes written."""
     events = trace_.events
     with open(path, "wb") as f:

@@ -132,14 +132,10 @@ def _bits_float(i: int) -> float:
     return float(_F64.unpack(_I64.pack(i))[0])
 
 
-def _pack_ints(ints: Sequence[int]) -> tuple[bytes, int]:
+def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
     """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped."""
-    arr = ints if isinstance(ints, _array) else _array(_INT64, ints)  # TypeError / OverflowError
-    if _BIG_ENDIAN:  # pragma: no cover
-        arr.byteswap()
-    if not len(arr):
+    if not len(a):
         return b"", 0
-    a = np.frombuffer(arr, dtype="<i8")
     z = ((a << 1) ^ (a >> 63)).view(np.uint8).reshape(-1, 8).T
     present = z.any(axis=1)
     mask = int(np.packbits(present, bitorder="little")[0])
@@ -173,15 +169,6 @@ def _join_planes(pieces: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _deltas(col: Sequence[int], prev: int) -> list[int]:
-    """Differences from the previous value, wrapped into int64 (values themselves must fit int64)."""
-    out = [x - p for p, x in zip(chain((prev,), col), col)]
-    if out and (min(out) < _I64_MIN or max(out) >= -_I64_MIN):
-        _array(_INT64, col)  # OverflowError when a value itself is outside int64
-        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
-    return out
-
-
 class ChunkEncoder:
     """Turns events into chunk bytes; keeps the file-wide tables between chunks.
 
@@ -189,7 +176,7 @@ class ChunkEncoder:
         compress_level: zlib level for the metadata stream, or None for no compression.
     """
 
-    def __init__(self, compress_level: int | None = 6) -> None:
+    def __init__(self, compress_level: int | None = 1) -> None:
         self._sids: dict[str, int] = {}
         self._new_strings: list[str] = []
         self._lids: dict[int, int] = {id(None): 0}     # id(Location) -> location id (0: None)
@@ -225,7 +212,8 @@ class ChunkEncoder:
         rows_ints: list[int] = []
         item_ints: list[int] = []
         blob: list[bytes] = []
-        for cls in sorted(groups, key=index.__getitem__):
+        present = sorted(groups, key=index.__getitem__)
+        for cls in present:
             group = groups[cls]
             if not rows_only:
                 getter = self._getters[cls]
@@ -244,7 +232,12 @@ class ChunkEncoder:
         except (TypeError, OverflowError) as exc:
             raise EncodeError(f"{self._culprit(groups, rows_only)}: not an integer or outside the signed 64-bit "
                               f"range ({exc})") from exc
-        int_bytes, planes = _pack_ints(arr)
+        if _BIG_ENDIAN:  # pragma: no cover
+            arr.byteswap()
+        a = np.frombuffer(arr, dtype="<i8")
+        self._delta_seq_t(a[len(loc_ints):len(loc_ints) + len(rows_ints)],
+                          [(cls, len(groups[cls])) for cls in present])
+        int_bytes, planes = _pack_planes(a)
         n_strings = len(lens)
         raw = b"".join((
             _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes),
@@ -329,53 +322,76 @@ class ChunkEncoder:
     # -- rows ------------------------------------------------------------------
     def _encode_kind(self, plan: _Plan, rows: list[tuple[Any, ...]], rows_ints: list[int],
                      item_ints: list[int], blob: list[bytes]) -> None:
+        """Append the kind's rows (row-major) and items; ``seq``/``t_ns`` stay raw here."""
         schema = plan.schema
-        cols = list(zip(*rows))
-        if len(cols) != plan.width:
-            raise EncodeError(f"{len(cols)} values per event, the kind has {plan.width}")
-        seq0, t0 = self._carry.get(schema.cls, (0, 0))
-        slots: list[Sequence[Any]] = [_deltas(cols[0], seq0), _deltas(cols[1], t0), self._loc_list(cols[2])]
-        self._carry[schema.cls] = (cols[0][-1], cols[1][-1])
+        w = plan.width
+        flat = list(chain.from_iterable(rows))
+        if len(flat) != w * len(rows):
+            raise EncodeError(f"{len(flat)} values for {len(rows)} events of {w} values each")
+        # replace the non-integer slots in place, column by column (strided slices run in C)
+        flat[2::w] = self._loc_list(flat[2::w])
         var_cols: list[Sequence[Any]] = []
         blob_cols: list[Sequence[Any]] = []
-        for name, codec, slot, col in zip(schema.fields, schema.codecs, plan.slots, cols[3:]):
+        for j, (name, codec, slot) in enumerate(zip(schema.fields, schema.codecs, plan.slots), start=3):
+            if slot == _S_INT:
+                continue
+            col = flat[j::w]
             try:
-                if slot == _S_INT:
-                    slots.append(col)
-                elif slot == _S_STR:
-                    slots.append(self._sid_list(col))
+                if slot == _S_STR:
+                    flat[j::w] = self._sid_list(col)
                 elif slot == _S_TUPLE_INT:
-                    slots.append(list(map(len, col)))
+                    flat[j::w] = list(map(len, col))
                     var_cols.append(col)
                 elif slot == _S_ENUM:
                     try:
                         values = [v._value_ for v in col]
                     except AttributeError:
                         values = [v._value_ if isinstance(v, enum.Enum) else v for v in col]
-                    slots.append(self._sid_list(values))
+                    flat[j::w] = self._sid_list(values)
                 elif slot == _S_BOOL:
                     if not all(v is True or v is False or v == 0 or v == 1 for v in col):
                         raise EncodeError("expected booleans")
-                    slots.append([1 if v else 0 for v in col])
+                    flat[j::w] = [1 if v else 0 for v in col]
                 elif slot == _S_FLOAT:
-                    slots.append([_float_bits(v) for v in col])
+                    flat[j::w] = [_float_bits(v) for v in col]
                 elif slot == _S_VAR:
-                    flat = [self._flat(codec, v) for v in col]
-                    slots.append(list(map(len, flat)))
-                    var_cols.append(flat)
+                    items = [self._flat(codec, v) for v in col]
+                    flat[j::w] = list(map(len, items))
+                    var_cols.append(items)
                 else:  # _S_BYTES
                     if not all(isinstance(b, (bytes, bytearray)) for b in col):
                         raise EncodeError("expected bytes")
-                    slots.append(list(map(len, col)))
+                    flat[j::w] = list(map(len, col))
                     blob_cols.append(col)
             except EncodeError as exc:
                 raise EncodeError(f"{name}: {exc}") from None
-        # row-major: the rows of a kind from many chunks then simply concatenate
-        rows_ints.extend(chain.from_iterable(zip(*slots)))
-        if var_cols:
+        rows_ints += flat
+        if var_cols:  # event-major: all items of an event, field after field
             item_ints.extend(chain.from_iterable(chain.from_iterable(zip(*var_cols))))
         if blob_cols:
             blob.extend(chain.from_iterable(zip(*blob_cols)))
+
+    def _delta_seq_t(self, rows: np.ndarray, groups: list[tuple[type[ev.Event], int]]) -> None:
+        """Replace ``seq`` and ``t_ns`` in the rows by differences from the previous event of the
+        same kind in the file (int64 arithmetic wraps, and so does the reader's cumsum)."""
+        widths = np.array([_PLANS[cls].width for cls, _ in groups], dtype=np.int64)
+        counts = np.array([n for _, n in groups], dtype=np.int64)
+        group_row0 = np.cumsum(widths * counts) - widths * counts       # where each group's rows start
+        first = np.cumsum(counts) - counts                              # each group's first event
+        rank = np.arange(int(counts.sum())) - np.repeat(first, counts)
+        pos = np.repeat(group_row0, counts) + np.repeat(widths, counts) * rank
+        carry = [self._carry.get(cls, (0, 0)) for cls, _ in groups]
+        last = first + counts - 1
+        for j in (0, 1):
+            vals = rows[pos + j]
+            prev = np.empty_like(vals)
+            prev[1:] = vals[:-1]
+            prev[first] = [c[j] for c in carry]
+            rows[pos + j] = vals - prev
+            ends = vals[last].tolist()
+            carry = [(e, c[1]) if j == 0 else (c[0], e) for c, e in zip(carry, ends)]
+        for (cls, _), c in zip(groups, carry):
+            self._carry[cls] = c
 
     def _flat(self, codec: str, v: Any) -> list[int]:
         """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""

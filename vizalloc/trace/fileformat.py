@@ -73,10 +73,14 @@ def _header_bytes(header: TraceHeader, compressed: bool) -> bytes:
     return head + _CRC.pack(zlib.crc32(head))
 
 
-def _frame(kind: int, n_events: int, meta: bytes, blob: bytes) -> bytes:
+def _frame(kind: int, n_events: int, meta: bytes, blob: bytes) -> list[bytes]:
+    """A frame as pieces to write in order (a large blob is not copied into one buffer)."""
     crc = zlib.crc32(blob, zlib.crc32(meta))
     head = _FRAME.pack(FRAME_MAGIC, kind, 0, n_events, len(meta), len(blob), crc)
-    return head + _CRC.pack(zlib.crc32(head)) + meta + blob
+    first = head + _CRC.pack(zlib.crc32(head)) + meta
+    if len(blob) < 1 << 16:
+        return [first + blob]
+    return [first, blob]
 
 
 class TraceFileWriter:
@@ -89,24 +93,25 @@ class TraceFileWriter:
         compress_level: zlib level for chunk metadata (None: store it raw).
     """
 
-    def __init__(self, file: BinaryIO, header: TraceHeader, *, compress_level: int | None = 6) -> None:
+    def __init__(self, file: BinaryIO, header: TraceHeader, *, compress_level: int | None = 1) -> None:
         self._file = file
         self._encoder = ChunkEncoder(compress_level)
         self.n_events = 0
         #: Bytes written so far (header, frames, end record).
         self.nbytes = 0
         self.closed = False
-        self._write(_header_bytes(header, self._encoder.compressed))
+        self._write([_header_bytes(header, self._encoder.compressed)])
 
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:  # raw files may write less than asked
-            n = self._file.write(view)
-            view = view[n:] if n is not None else view[len(view):]
+    def _write(self, pieces: list[bytes]) -> None:
+        for data in pieces:
+            view = memoryview(data)
+            while view:  # raw files may write less than asked
+                n = self._file.write(view)
+                view = view[n:] if n is not None else view[len(view):]
+            self.nbytes += len(data)
         flush = getattr(self._file, "flush", None)
         if flush is not None:
             flush()
-        self.nbytes += len(data)
 
     def write_events(self, events: Sequence[ev.Event]) -> None:
         """Encode ``events`` as one chunk and append it (nothing for an empty list)."""
