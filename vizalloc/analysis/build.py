@@ -308,6 +308,7 @@ class Builder:
 
     def _SchedCopy(self, e: ev.SchedCopy) -> None:
         self._sched(e.sched_id).copies.append(e)
+        self.m.input_copies.add(e.copy_id)
         self.open_sched = e.sched_id
 
     def _SchedAlloc(self, e: ev.SchedAlloc) -> None:

@@ -11,6 +11,10 @@ that ggml reports as ``both_live`` is exactly a pair ``both_live`` says yes to h
 * it is read at the index of every computing node with a source whose root it is; an
   OUTPUT flag, or being a computing node nobody consumes, counts as a read at ``N``.
 
+One addition for several backends (no golden case has them): an input copy the scheduler
+made for a split is written by its ``TensorCopy`` when the split starts, so as a node of
+the graph it is written at its own index, not at -1.
+
 ``a = [first write, last read]``; two roots are both live when
 ``max(first writes) < min(last reads)``: a write at the node that does the other's last
 read is allowed (ggml's in-place pattern).
@@ -52,18 +56,21 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
     # pre-existing contents
     for t in leafs:
         first[root_of(t)] = -1
+    copies = model.input_copies
     for i, t in enumerate(nodes):
         info = tensors.get(t)
         if info is None:
             continue
+        if t in copies and info.view_src < 0:
+            first.setdefault(t, i)
         for s in info.srcs:
             if s >= 0:
                 consumed.add(s)
                 r = root_of(s)
-                if r not in node_set or _pre_existing(model, r):
+                if r not in node_set or (r not in copies and _pre_existing(model, r)):
                     first[r] = -1
         r = info.root
-        if r not in node_set or _pre_existing(model, r):
+        if r not in node_set or (r not in copies and _pre_existing(model, r)):
             first[r] = -1
     for i, t in enumerate(nodes):
         info = tensors.get(t)

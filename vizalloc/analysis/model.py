@@ -428,6 +428,8 @@ class TraceModel:
     snapshots: list[ev.ValueSnapshot] = field(default_factory=list)
     markers: list[ev.Marker] = field(default_factory=list)
     contexts: dict[int, ev.ContextCreated] = field(default_factory=dict)
+    #: tensors the scheduler made to hold an input copy for a split (``SchedCopy.copy_id``)
+    input_copies: set[int] = field(default_factory=set)
     _seq_index: dict[int, int] | None = None
 
     @property
