@@ -195,9 +195,9 @@ def test_two_backends_with_input_copies_are_clean():
             tensor_get(m.o)
     model = build_model(rec.events)
     assert model.input_copies and len(model.computes) == 9
-    copies = {e.copy_id: e for s in model.scheds.values() for e in s.copies}
-    placed = [model.placement_at(c, model.events[-1].seq) for c in copies]
-    # the planner really did put two copies on the same bytes (else this test proves nothing)
+    last = sorted(e.copy_id for s in model.scheds.values() for e in s.copies)[-3:]  # the last split's copies
+    placed = [model.placement_at(c, model.events[-1].seq) for c in last]
+    # the planner really did put two copies of one graph on the same bytes (else this proves nothing)
     spots = [(p.buffer_id, p.offset) for p in placed if p is not None]
     assert len(spots) > len(set(spots))
     assert find_hazards(model) == []
