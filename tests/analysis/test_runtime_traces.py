@@ -201,3 +201,30 @@ def test_two_backends_with_input_copies_are_clean():
     spots = [(p.buffer_id, p.offset) for p in placed if p is not None]
     assert len(spots) > len(set(spots))
     assert find_hazards(model) == []
+
+
+def test_cast_and_cpy_destinations_are_not_reads():
+    """ggml_cast lists the result as its own second source and ggml_cpy(a, b) lists b: both
+    are destinations the kernel writes, so no uninitialized read (a false alarm before)."""
+    from vizalloc.runtime.dtype import F16
+
+    buft = BufferType("CPU", alignment=32)
+    with ListRecorder() as rec:
+        ctx = Context(name="compute")
+        a = ctx.new_tensor_1d(F32, 16, name="a")
+        set_input(a)
+        dst = ctx.new_tensor_1d(F16, 16, name="dst")
+        c = ops.cast(ctx, a, F16)
+        d = ops.cpy(ctx, a, dst)
+        out = ops.add(ctx, ops.cast(ctx, c, F32), ops.cast(ctx, d, F32))
+        set_output(out)
+        g = Graph()
+        g.build_forward_expand(out)
+        assert GraphAllocator(buft).alloc_graph(g)
+        tensor_set(a, np.arange(16, dtype=np.float32))
+        graph_compute(CPUBackend(), g)
+        assert tensor_get(out).tolist() == [2.0 * i for i in range(16)]
+    model = build_model(rec.events)
+    assert any(model.tensors[n.tensor_id].op == "CPY" and n.tensor_id in n.reads
+               for c_ in model.computes.values() for n in c_.nodes)  # the cast reads "itself"
+    assert find_hazards(model) == []

@@ -3,8 +3,9 @@ maps and reports use-after-reuse, uninitialized reads, clobbered outputs and dan
 accesses.
 
 Writes: a node's own tensor (``NodeCompute``), ``TensorSet``, a ``TensorCopy``'s
-destination, a ``BufferCleared`` (the whole buffer). Reads: a node's sources, a copy's
-source, ``TensorGet``. Reads are checked before the node's write, as a kernel reads its
+destination, a ``BufferCleared`` (the whole buffer). Reads: a node's sources (except a
+destination listed as a source: the node itself, as casts list it, and ``ggml_cpy``'s
+second source), a copy's source, ``TensorGet``. Reads are checked before the node's write, as a kernel reads its
 inputs before writing (ggml's in-place pattern). Accesses to a freed buffer are reported
 as dangling *and* still tracked: vizalloc keeps freed bytes reachable (poisoned), so
 stale tensors there really do overwrite each other, as in C with a quarantined heap.
@@ -69,11 +70,19 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
     relevant = frozenset({NodeCompute, TensorPlaced, TensorCleared, TensorSet, TensorGet, TensorCopy,
                           BufferCleared, BufferFreed, ComputeBegin})
+    # sources that are destinations, not inputs: a cast lists itself as a source, and
+    # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
+    not_read = {t: (info.srcs[1] if info.op == "CPY" and len(info.srcs) > 1 else t)
+                for t, info in model.tensors.items() if info.op == "CPY"}
     for i, e in enumerate(model.events):
         cls = type(e)
         if cls is NodeCompute:
             seq = e.seq
+            t = e.tensor_id  # type: ignore[attr-defined]
+            skip = not_read.get(t, t)
             for r in e.reads:  # type: ignore[attr-defined]
+                if r == t or r == skip:
+                    continue
                 p = cur.get(r)
                 if p is None:
                     continue
@@ -92,7 +101,6 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                         if w == k or w == CLEAR_KEY:
                             continue
                 _check_read(st, col, r, p, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
-            t = e.tensor_id  # type: ignore[attr-defined]
             p = cur.get(t)
             if p is None:
                 continue
