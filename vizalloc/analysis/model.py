@@ -431,6 +431,7 @@ class TraceModel:
     #: tensors the scheduler made to hold an input copy for a split (``SchedCopy.copy_id``)
     input_copies: set[int] = field(default_factory=set)
     _seq_index: dict[int, int] | None = None
+    _map_index: dict[int, Any] | None = None
 
     @property
     def seq_index(self) -> dict[int, int]:
@@ -487,19 +488,36 @@ class TraceModel:
         normal for in-place reuse and views; a STALE or DANGLING row overlapping a LIVE one
         is what the hazards look at.
         """
-        buf = self.buffers[buffer_id]
         rows = []
-        for idx in buf.placements:
+        for idx in self.placements_alive(buffer_id, seq):
             p = self.placements[idx]
-            if p.seq <= seq < p.end_seq:
-                info = self.tensors.get(p.tensor_id)
-                is_view = info.is_view if info is not None else False
-                if is_view and not views:
-                    continue
-                rows.append(MapEntry(p.tensor_id, self.label(p.tensor_id), p.offset, p.nbytes,
-                                     self.placement_state(p, seq), is_view, idx))
+            info = self.tensors.get(p.tensor_id)
+            is_view = info.is_view if info is not None else False
+            if is_view and not views:
+                continue
+            rows.append(MapEntry(p.tensor_id, self.label(p.tensor_id), p.offset, p.nbytes,
+                                 self.placement_state(p, seq), is_view, idx))
         rows.sort(key=lambda r: (r.offset, r.is_view, r.tensor_id))
         return rows
+
+    def placements_alive(self, buffer_id: int, seq: int) -> list[int]:
+        """Indices of the placements in a buffer that exist right after event ``seq``.
+
+        Uses per-buffer numpy arrays of start/end seqs (built on first use), so a query
+        costs one vectorised comparison, not a Python loop over the buffer's history.
+        """
+        if self._map_index is None:
+            self._map_index = {}
+        index = self._map_index.get(buffer_id)
+        if index is None:
+            import numpy as np
+
+            ids = self.buffers[buffer_id].placements
+            starts = np.fromiter((self.placements[i].seq for i in ids), dtype=np.int64, count=len(ids))
+            ends = np.fromiter((self.placements[i].end_seq for i in ids), dtype=np.int64, count=len(ids))
+            index = self._map_index[buffer_id] = (np.asarray(ids, dtype=np.int64), starts, ends)
+        ids_a, starts, ends = index
+        return ids_a[(starts <= seq) & (seq < ends)].tolist()
 
     def buffers_at(self, seq: int) -> list[BufferInfo]:
         """Buffers allocated and not freed right after event ``seq``."""
