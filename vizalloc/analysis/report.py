@@ -44,8 +44,11 @@ def format_report(h: Hazard) -> str:
     if h.detail:
         lines.append(h.detail)
     if h.other is not None:
-        verb = "placed" if h.kind.value in ("stale-overlap", "plan-mismatch") else "written"
-        lines.append(f"conflicting tensor {h.other.label}, {verb} at seq {h.other_seq}")
+        if kind == "plan-mismatch":
+            lines.append(f"the plan's entry was made for {h.other.label}, planned at seq {h.other_seq}")
+        else:
+            verb = "placed" if kind in ("stale-overlap", "use-after-reuse") and h.binding_id >= 0 else "written"
+            lines.append(f"conflicting tensor {h.other.label}, {verb} at seq {h.other_seq}")
         lines.append(f"    at {_loc(h.other_loc)}")
     elif h.other_seq >= 0 and h.other_loc is not None:
         lines.append(f"    (seq {h.other_seq} at {_loc(h.other_loc)})")
