@@ -439,8 +439,11 @@ class ChunkParts:
 
     offset: int             # byte offset of its frame in the file, for messages
     kinds: bytes
-    rows: np.ndarray        # (8, n) byte planes of the zigzag-coded row ints
-    items: np.ndarray       # (8, n) byte planes of the item ints
+    planes: np.ndarray      # (planes present, n) bytes of the zigzag-coded ints
+    mask: int               # which byte planes are present
+    skip: int               # ints before the rows (new locations)
+    n_rows: int             # row ints
+    n_items: int            # item ints
     blob: bytes
 
 
@@ -494,7 +497,11 @@ class ChunkDecoder:
         text = bytes(view[pos:pos + n_text])
         pos += n_text
         n_ints = 3 * n_locs + n_rows + n_items
-        ints = _unpack_planes(view[pos:], n_ints, planes)
+        present = _PLANES[planes]
+        if len(view) - pos != n_ints * len(present):
+            raise ValueError(f"integer section has {len(view) - pos} bytes for {n_ints} values in "
+                             f"{len(present)} byte planes")
+        ints = np.frombuffer(view, dtype=np.uint8, offset=pos).reshape(len(present), n_ints)
         if len(kinds) != n_ev or len(lens) != n_strings or len(text) != n_text or sum(lens) != n_text:
             raise ValueError("chunk sections do not add up")
         start = 0
@@ -503,11 +510,10 @@ class ChunkDecoder:
             start += n
         if n_locs:
             strings = self._strings
-            vals = _join_planes([ints[:, : 3 * n_locs]]).tolist()
+            vals = _join_planes([_unpack_planes(ints[:, : 3 * n_locs].tobytes(), 3 * n_locs, planes)]).tolist()
             for i in range(0, len(vals), 3):
                 self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
-        rows_end = 3 * n_locs + n_rows
-        return ChunkParts(offset, kinds, ints[:, 3 * n_locs:rows_end], ints[:, rows_end:], blob)
+        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob)
 
     # -- per batch: everything else ---------------------------------------------------
     def assemble(self, parts: Sequence[ChunkParts]) -> list[ev.Event]:
@@ -532,9 +538,8 @@ class ChunkDecoder:
         widths = self._widths[kinds_l]
         row_start = np.cumsum(widths) - widths
         chunk_starts = np.cumsum(counts) - counts
-        _check_per_chunk(widths, chunk_starts, [p.rows.shape[1] for p in parts], "row", parts)
-        rows_all = _join_planes([p.rows for p in parts])
-        items_all = _join_planes([p.items for p in parts])
+        _check_per_chunk(widths, chunk_starts, [p.n_rows for p in parts], "row", parts)
+        rows_all, items_all = _gather_planes(parts)
         blob_all = b"".join(p.blob for p in parts)
         if len(self._string_array) != len(self._strings):
             self._string_array = np.empty(len(self._strings), dtype=object)
@@ -561,7 +566,7 @@ class ChunkDecoder:
             gathered.append((k, sel, rows))
         if (item_total < 0).any() or (blob_total < 0).any():
             raise ValueError("negative item or byte count")
-        _check_per_chunk(item_total, chunk_starts, [p.items.shape[1] for p in parts], "item", parts)
+        _check_per_chunk(item_total, chunk_starts, [p.n_items for p in parts], "item", parts)
         _check_per_chunk(blob_total, chunk_starts, [len(p.blob) for p in parts], "blob byte", parts)
         item_start = np.cumsum(item_total) - item_total
         blob_start = np.cumsum(blob_total) - blob_total
@@ -574,9 +579,7 @@ class ChunkDecoder:
             if plan.var and item_list is None:
                 item_list = items_all.tolist()
             cols = self._columns(k, plan, rows, item_start[sel], blob_start[sel], item_list, blob_all)
-            built = np.empty(len(sel), dtype=object)
-            built[:] = list(map(plan.schema.new, *cols))
-            out[order[sel]] = built
+            out[order[sel]] = np.fromiter(map(plan.schema.new, *cols), dtype=object, count=len(sel))
         return out.tolist()  # type: ignore[no-any-return]
 
     def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
@@ -667,6 +670,28 @@ class ChunkDecoder:
             out.append(self._value(inner, items[pos + 1:pos + 1 + size]))
             pos += 1 + size
         return tuple(out)
+
+
+def _gather_planes(parts: Sequence[ChunkParts]) -> tuple[np.ndarray, np.ndarray]:
+    """All chunks' row ints and item ints, zigzag decoded (one transpose for all chunks)."""
+    n_rows = sum(p.n_rows for p in parts)
+    n_items = sum(p.n_items for p in parts)
+    rows = np.zeros((8, n_rows), dtype=np.uint8)
+    items = np.zeros((8, n_items), dtype=np.uint8)
+    r = i = 0
+    for p in parts:
+        present = _PLANES[p.mask]
+        k = len(present)
+        # the usual case: the low k planes, assigned by slice instead of by index list
+        target = slice(0, k) if present[-1:] == [k - 1] else present
+        a, b = p.skip, p.skip + p.n_rows
+        if p.n_rows:
+            rows[target, r:r + p.n_rows] = p.planes[:, a:b]
+        if p.n_items:
+            items[target, i:i + p.n_items] = p.planes[:, b:]
+        r += p.n_rows
+        i += p.n_items
+    return _join_planes([rows]), _join_planes([items])
 
 
 def _check_per_chunk(per_event: np.ndarray, chunk_starts: np.ndarray, actual: list[int], what: str,
