@@ -207,3 +207,21 @@ def test_capture_values_reaches_the_recorder_flag() -> None:
         with vizalloc.trace():
             assert recorder.capturing_values()
     assert not recorder.capturing_values()
+
+
+def test_parquet_export_keeps_every_row(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from vizalloc.trace.arrow_export import to_parquet
+
+    with vizalloc.trace(tmp_path / "t.vztrace") as t:
+        ctx = Context(name="c")
+        ctx.new_tensor_2d(F32, 3, 2, name="m")
+        for i in range(10):
+            vizalloc.mark(f"m{i}")
+    counts = to_parquet(tmp_path / "t.vztrace", tmp_path / "pq", batch_events=4)
+    assert counts == {"ContextCreated": 1, "TensorCreated": 1, "Marker": 10}
+    markers = pq.read_table(tmp_path / "pq" / "Marker.parquet")
+    assert markers.column("text").to_pylist() == [f"m{i}" for i in range(10)]
+    created = pq.read_table(tmp_path / "pq" / "TensorCreated.parquet").to_pylist()[0]
+    assert created["ne"] == [3, 2, 1, 1] and created["loc_file"] == __file__
+    assert [e.seq for e in t.trace.events if isinstance(e, ev.Marker)] == markers.column("seq").to_pylist()
