@@ -24,3 +24,16 @@ def test_diff_of_fix_and_no_fix(traces, capsys):  # noqa: F811
     assert main(["diff", str(traces["dup"]), str(traces["none"])]) == 1
     assert "hazards only in B (added)" in capsys.readouterr().out
     assert main(["diff", str(traces["dup"]), str(traces["bad"])]) == 2
+
+
+def test_diff_two_plans_of_one_trace(traces, capsys):  # noqa: F811
+    assert main(["summary", str(traces["none"]), "--json"]) == 0
+    fwd, bwd = (str(p["plan_id"]) for p in json.loads(capsys.readouterr().out)["plans"][:2])
+    path = str(traces["none"])
+    assert main(["diff", path, path, "--plans", fwd, bwd, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    (p,) = data["plans"]
+    assert (str(p["plan_a"]), str(p["plan_b"])) == (fwd, bwd) and p["size_delta"] != 0
+    assert main(["diff", path, path, "--plans", fwd, fwd]) == 0
+    assert main(["diff", path, path, "--plans", fwd, "999999"]) == 2
+    assert "has no plan #999999" in capsys.readouterr().err

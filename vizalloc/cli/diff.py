@@ -3,6 +3,7 @@ changed, matched by name and position), hazards added or removed, peak buffer by
 
     vizalloc diff before.vztrace after.vztrace
     vizalloc diff before.vztrace after.vztrace --json
+    vizalloc diff run.vztrace run.vztrace --plans 0 3    # two plans (of one trace or two)
 
 Exit codes: 0 no difference, 1 differences, 2 a trace cannot be read.
 """
@@ -23,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="the first trace file")
     parser.add_argument("b", metavar="B", help="the second trace file")
     parser.add_argument("--json", action="store_true", help="print the differences as JSON")
+    parser.add_argument("--plans", type=int, nargs=2, metavar=("PLAN_A", "PLAN_B"),
+                        help="compare only plan PLAN_A of A with plan PLAN_B of B (ids as 'summary' shows them)")
     parser.add_argument("--max-tensors", type=int, default=20, metavar="N",
                         help="tensor rows shown per plan in text mode (default: 20)")
 
@@ -87,11 +90,21 @@ def _render(d: Any, max_tensors: int) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from vizalloc.analysis.diff import diff_models
+    from vizalloc.analysis.diff import TraceDiff, diff_models, diff_plans
+    from vizalloc.errors import UsageError
 
     a = load_model(args.a, "A")
     b = load_model(args.b, "B")
-    d = diff_models(a, b, hazards_a=analyse(a, "A"), hazards_b=analyse(b, "B"))
+    if args.plans:
+        pa, pb = args.plans
+        for model, pid, which in ((a, pa, args.a), (b, pb, args.b)):
+            if pid not in model.plans:
+                raise UsageError(f"{which} has no plan #{pid}; it has plans "
+                                 f"{', '.join(str(p) for p in sorted(model.plans)) or 'none'}")
+        one = diff_plans(a, a.plans[pa], b, b.plans[pb])
+        d = TraceDiff((one,), (), (), (), (), 0, 0)
+    else:
+        d = diff_models(a, b, hazards_a=analyse(a, "A"), hazards_b=analyse(b, "B"))
     if args.json:
         json.dump(to_dict(d), sys.stdout, indent=2)
         sys.stdout.write("\n")
