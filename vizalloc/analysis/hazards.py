@@ -9,12 +9,14 @@ The kinds and their definitions are architecture.md's "Hazards" table:
   last-writer map of ``dynamic.py``); at a binding, two freshly planned roots that share
   bytes while both live are reported as a *predicted* use-after-reuse when no compute
   of that binding shows it;
-* ``dangling`` — a tensor is read, written or kept in a bound graph while its buffer is freed;
+* ``dangling`` — a tensor is read, written or kept in a bound graph while its buffer is freed
+  (its accesses are still tracked: vizalloc keeps freed bytes reachable, as a quarantine does);
 * ``uninitialized-read`` — a graph-allocated tensor is read before anything wrote its bytes;
 * ``clobbered-output`` — the user reads (``tensor_get``) a tensor whose bytes were
   overwritten after it was computed;
 * ``plan-mismatch`` — a binding applied a plan made for a graph whose node (or leaf) at
-  some position had another name, op, type or shape;
+  some position had another name, op, type, flags or sources (``static.graph_signature``;
+  a shape change alone is ggml's intended reserve-the-largest-graph use and is not reported);
 * ``replan`` — every re-plan with its cause (not the first plan); a re-plan before
   (nearly) every binding of an allocator is reported once more as churn.
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vizalloc.analysis.model import Placement, TraceModel
@@ -230,15 +232,9 @@ class Collector:
         out = []
         for entry in self.found.values():
             h: Hazard = entry["hazard"]
-            out.append(_replace(h, occurrences=entry["occurrences"], last_seq=entry["last_seq"],
+            out.append(replace(h, occurrences=entry["occurrences"], last_seq=entry["last_seq"],
                                 steps=tuple(entry["steps"])))
         return out
-
-
-def _replace(h: Hazard, **changes: Any) -> Hazard:
-    from dataclasses import replace
-
-    return replace(h, **changes)
 
 
 def find_hazards(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> list[Hazard]:
