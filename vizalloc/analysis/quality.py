@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass
+from typing import Any
 
 from vizalloc.analysis.model import PlanInfo, TraceModel
 from vizalloc.trace import events as ev
@@ -221,8 +222,20 @@ def plan_quality(model: TraceModel, plan_id: int | None = None) -> list[PlanQual
     plans = [model.plans[plan_id]] if plan_id is not None else sorted(model.plans.values(),
                                                                       key=lambda p: p.begin_seq)
     out = []
+    # a loop that re-plans the same graphs again and again makes equal plans: the greedy
+    # packing (quadratic in the blocks) is computed once per distinct shape of plan
+    seen: dict[Any, tuple[SlotQuality, ...]] = {}
     for plan in plans:
         blocks, n_steps = plan_blocks(model, plan)
-        out.append(PlanQuality(plan.plan_id, plan.galloc_id, plan.graph_id,
-                               tuple(_slot_quality(model, plan, g, blocks, n_steps) for g in arenas(plan, blocks))))
+        key = (plan.chunk_sizes, plan.alignments, tuple((b.slot, b.chunk, b.offset, b.nbytes, b.start, b.end,
+                                                         b.names, _padding_key(model, b)) for b in blocks))
+        slots = seen.get(key)
+        if slots is None:
+            slots = seen[key] = tuple(_slot_quality(model, plan, g, blocks, n_steps) for g in arenas(plan, blocks))
+        out.append(PlanQuality(plan.plan_id, plan.galloc_id, plan.graph_id, slots))
     return out
+
+
+def _padding_key(model: TraceModel, b: Block) -> int:
+    info = model.tensors.get(b.tensor_ids[0])
+    return info.nbytes if info is not None else -1
