@@ -228,7 +228,7 @@ def plan_quality(model: TraceModel, plan_id: int | None = None) -> list[PlanQual
     for plan in plans:
         blocks, n_steps = plan_blocks(model, plan)
         key = (plan.chunk_sizes, plan.alignments, tuple((b.slot, b.chunk, b.offset, b.nbytes, b.start, b.end,
-                                                         b.names, _padding_key(model, b)) for b in blocks))
+                                                         b.tensor_ids, _padding_key(model, b)) for b in blocks))
         slots = seen.get(key)
         if slots is None:
             slots = seen[key] = tuple(_slot_quality(model, plan, g, blocks, n_steps) for g in arenas(plan, blocks))
