@@ -30,6 +30,8 @@ Free lists are two plain lists per chunk (offsets, sizes) because the planner ca
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from vizalloc.errors import AllocationError
 
 SIZE_MAX = 2**64 - 1
@@ -50,7 +52,7 @@ class DynAllocator:
         name: shown in error messages (the buffer type's name).
     """
 
-    __slots__ = ("alignment", "max_chunk_size", "name", "offs", "sizes", "max_sizes", "_mask")
+    __slots__ = ("alignment", "max_chunk_size", "name", "offs", "sizes", "max_sizes", "_mask", "_exact")
 
     def __init__(self, alignment: int, max_size: int | None = None, name: str = "") -> None:
         if alignment <= 0 or alignment & (alignment - 1):
@@ -64,6 +66,9 @@ class DynAllocator:
         self.sizes: list[list[int]] = []
         #: per chunk: the high-water mark (bytes the chunk's buffer must have)
         self.max_sizes: list[int] = []
+        #: set once a release overlapped a free block or was empty: from then on ``free``
+        #: scans the blocks exactly as ggml does instead of bisecting
+        self._exact = False
 
     # -- state --------------------------------------------------------------
     def reset(self) -> None:
@@ -71,6 +76,7 @@ class DynAllocator:
         self.offs = []
         self.sizes = []
         self.max_sizes = []
+        self._exact = False
 
     @property
     def n_chunks(self) -> int:
@@ -106,6 +112,36 @@ class DynAllocator:
         mask = self._mask
         size = (size + mask) & ~mask
         sizes_all = self.sizes
+        if len(sizes_all) == 1:
+            # one chunk (every buffer type without a max size): best non-last hole, else
+            # the tail if it fits; otherwise fall through to open a second chunk
+            sizes = sizes_all[0]
+            if sizes:
+                last = len(sizes) - 1
+                best_b = -1
+                best_size = SIZE_MAX
+                for i in range(last):
+                    s = sizes[i]
+                    if size <= s <= best_size:
+                        best_b = i
+                        best_size = s
+                if best_b < 0 and sizes[last] >= size:
+                    best_b = last
+                if best_b >= 0:
+                    offs = self.offs[0]
+                    offset = offs[best_b]
+                    rest = sizes[best_b] - size
+                    if rest:
+                        offs[best_b] = offset + size
+                        sizes[best_b] = rest
+                    else:
+                        del offs[best_b]
+                        del sizes[best_b]
+                    end = offset + size
+                    max_sizes = self.max_sizes
+                    if end > max_sizes[0]:
+                        max_sizes[0] = end
+                    return 0, offset, best_b
         best_c = -1
         best_b = -1
         # pass 1: best fit among non-last blocks; best size restarts per chunk
@@ -170,6 +206,31 @@ class DynAllocator:
         sizes = self.sizes[chunk]
         n = len(offs)
         end = offset + size
+        if size and not self._exact:
+            # Blocks are sorted, disjoint and non-empty, so only the block before the
+            # insertion point can end at ``offset`` and only the one at it can start at
+            # ``end``: the same result as ggml's scan from block 0, found by bisection.
+            p = bisect_left(offs, offset)
+            prev_end = offs[p - 1] + sizes[p - 1] if p else -1
+            if prev_end <= offset and (p == n or offs[p] >= end):
+                if prev_end == offset:
+                    sizes[p - 1] += size
+                    if p < n and offs[p] == end:
+                        sizes[p - 1] += sizes[p]
+                        del offs[p]
+                        del sizes[p]
+                    return
+                if p < n and offs[p] == end:
+                    offs[p] = offset
+                    sizes[p] += size
+                    return
+                if n >= MAX_FREE_BLOCKS:
+                    self._out_of_blocks(chunk, offset, size)
+                offs.insert(p, offset)
+                sizes.insert(p, size)
+                return
+        # an empty or overlapping release (never made by the graph allocator): ggml's scan
+        self._exact = True
         for i in range(n):
             b_off = offs[i]
             if b_off + sizes[i] == offset:
@@ -190,18 +251,21 @@ class DynAllocator:
                     del sizes[i]
                 return
         if n >= MAX_FREE_BLOCKS:
-            raise AllocationError(
-                f"graph allocation: out of free blocks in chunk {chunk} of buffer type {self.name!r}: "
-                f"releasing {size} bytes at offset {offset} needs a new block, but the chunk already has "
-                f"{MAX_FREE_BLOCKS} separate free blocks (ggml aborts here). The graph leaves too many "
-                "holes; give long-lived tensors (weights) a static buffer or bound tensor lifetimes",
-                requested=size,
-            )
+            self._out_of_blocks(chunk, offset, size)
         pos = 0
         while pos < n and offs[pos] < offset:
             pos += 1
         offs.insert(pos, offset)
         sizes.insert(pos, size)
+
+    def _out_of_blocks(self, chunk: int, offset: int, size: int) -> None:
+        raise AllocationError(
+            f"graph allocation: out of free blocks in chunk {chunk} of buffer type {self.name!r}: "
+            f"releasing {size} bytes at offset {offset} needs a new block, but the chunk already has "
+            f"{MAX_FREE_BLOCKS} separate free blocks (ggml aborts here). The graph leaves too many "
+            "holes; give long-lived tensors (weights) a static buffer or bound tensor lifetimes",
+            requested=size,
+        )
 
     def __repr__(self) -> str:
         return f"<DynAllocator align {self.alignment} chunks {self.max_sizes}>"

@@ -40,6 +40,7 @@ port (dicts keyed by tensor, attribute lookups in the loops) runs 30-50x slower 
 
 from __future__ import annotations
 
+import gc
 import itertools
 import weakref
 from collections.abc import Sequence
@@ -64,6 +65,8 @@ _binding_ids = itertools.count()
 _INPUT = int(Flag.INPUT)
 _OUTPUT = int(Flag.OUTPUT)
 _NONE = Op.NONE
+#: ggml_op_can_inplace by object identity (an Enum's __hash__ runs Python code)
+_INPLACE_IDS = frozenset(id(op) for op in INPLACE_OPS)
 
 #: A plan record: (buffer_id, chunk, offset, size_max). ggml's "invalid" record.
 Record = tuple[int, int, int, int]
@@ -296,7 +299,17 @@ class GraphAllocator:
         leaf_ids = self._check_ids(leaf_ids, len(leafs), "leaf")
         for d in self._dyn:
             d.reset()
-        self.plan = self._plan(graph, node_ids, leaf_ids)
+        # The planner builds many short-lived lists and no reference cycles; a cyclic
+        # collection triggered half-way through a 100k-node plan would cost more than the
+        # plan itself, so collection waits until the plan is made.
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            self.plan = self._plan(graph, node_ids, leaf_ids)
+        finally:
+            if collecting:
+                gc.enable()
         return self._realloc_buffers(no_alloc, n_buf)
 
     def _check_ids(self, ids: Sequence[int] | None, n: int, what: str) -> list[int]:
@@ -325,28 +338,21 @@ class GraphAllocator:
             recorder.emit(ev.PlanBegin, self.id, plan_id, graph.id, len(nodes), len(leafs),
                           tuple(b.alignment for b in bufts))
 
-        index: dict[Tensor, int] = {}
-        sd = index.setdefault
-        leaf_k = [sd(t, len(index)) for t in leafs]
-        node_k = [sd(t, len(index)) for t in nodes]
-        node_src = [[-1 if s is None else sd(s, len(index)) for s in t.src] for t in nodes]
-        tensors = list(index)
-        for t in tensors:
-            vs = t.view_src
-            if vs is not None and vs not in index:
-                index[vs] = len(index)
-        if len(index) != len(tensors):
-            tensors = list(index)
-        n = len(tensors)
-
-        st = [_FREE] * n
-        root = [-1] * n
-        fl = [0] * n
-        size = [0] * n
-        hasrec = [False] * n
-        for k in range(n):
+        # the sentinel stands for empty source slots: never allocated, never freed, so the
+        # loops below need no "is this slot empty" test
+        index, tensors, leaf_k, node_k, node_src, sentinel = _flatten(leafs, nodes)
+        m = len(tensors)
+        # states and flags are bytes: compact (100k-node graphs outgrow the caches) and
+        # indexing a bytearray yields cached small ints
+        st = bytearray(m)
+        st[sentinel] = _SKIP
+        root = [-1] * m
+        fl = bytearray(m)
+        size = [0] * m
+        hasrec = bytearray(m)
+        for k in itertools.chain(range(sentinel), range(sentinel + 1, m)):
             t = tensors[k]
-            fl[k] = t.flags
+            fl[k] = t.flags & 0xFF
             vs = t.view_src
             if vs is not None:
                 root[k] = index[vs]
@@ -357,52 +363,62 @@ class GraphAllocator:
                 if tracing:
                     recorder.emit(ev.PlanExternal, plan_id, t.id)
                 continue
-            hasrec[k] = True
+            hasrec[k] = 1
             if t.buffer is not None:
                 st[k] = _SKIP
                 if tracing:
                     recorder.emit(ev.PlanExternal, plan_id, t.id)
             if plain:
-                ne = t.ne
-                if ne[0] > 0 and ne[1] > 0 and ne[2] > 0 and ne[3] > 0:
-                    dt = t.type
-                    if dt.blck_size == 1:
-                        nb = t.nb
-                        size[k] = (dt.type_size + (ne[0] - 1) * nb[0] + (ne[1] - 1) * nb[1]
-                                   + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3])
-                    else:
-                        size[k] = nbytes_of(dt, ne, t.nb)
+                dt = t.type
+                ne0, ne1, ne2, ne3 = t.ne
+                if dt.blck_size == 1:
+                    nb0, nb1, nb2, nb3 = t.nb
+                    # ggml_nbytes: the span the strides touch (0 for an empty tensor)
+                    if ne0 > 0 and ne1 > 0 and ne2 > 0 and ne3 > 0:
+                        size[k] = dt.type_size + (ne0 - 1) * nb0 + (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
+                else:
+                    size[k] = nbytes_of(dt, t.ne, t.nb)
 
-        nch = [0] * n
-        nv = [0] * n
-        bid = [0] * n
-        chk = [0] * n
-        off = [0] * n
-        galloc_id = self.id
+        nch = [0] * m
+        nv = [0] * m
+        bid = [0] * m
+        chk = [0] * m
+        off = [0] * m
         emit = recorder.emit
         Refused = ev.PlanRefused
         RR = ev.RefuseReason
-        inplace_ops = INPLACE_OPS
+        inplace_ops = _INPLACE_IDS
         get = index.get
+        node_row: dict[int, list[int]] = {}  # filled on first need (sources allocated early)
 
-        def asize(k: int, b: int) -> int:
-            return size[k] if plain else bufts[b].alloc_size(tensors[k])
+        def row_of(k: int) -> list[int] | None:
+            if not node_row:
+                node_row.update(zip(node_k, node_src))
+            return node_row.get(k)
 
-        def allocate(k: int, b: int, phase: int) -> None:
-            # ggml_gallocr_allocate_node for a tensor the caller found in state _FREE
+        def allocate(k: int, b: int, phase: int, row: list[int] | None = None) -> None:
+            # ggml_gallocr_allocate_node for a tensor the caller found in state _FREE;
+            # ``row``: its sources' indices when the caller has them
             st[k] = _OWN
             t = tensors[k]
-            if t.op in inplace_ops:
-                for p in t.src:
-                    if p is None:
-                        continue
-                    pk = get(p, -1)
+            if id(t.op) in inplace_ops:
+                if row is None:
+                    row = row_of(k)
+                if row is None:
+                    row = [get(p, -1) if p is not None else sentinel for p in t.src]
+                tsrc = t.src
+                for j in range(len(row)):
+                    pk = row[j]
+                    if pk == sentinel:
+                        continue  # empty slot
                     if pk < 0 or st[pk] != _OWN:
                         if tracing:
+                            p = tsrc[j]
                             reason = (RR.VIEW if p.view_src is not None else
                                       RR.EXTERNAL if (p.data is not None or p.buffer is not None) else RR.NOT_OWN)
                             emit(Refused, plan_id, t.id, p.id, reason)
                         continue
+                    p = tensors[pk]
                     if fl[pk] & _OUTPUT:
                         if tracing:
                             emit(Refused, plan_id, t.id, p.id, RR.OUTPUT)
@@ -425,64 +441,53 @@ class GraphAllocator:
                     if tracing:
                         emit(Refused, plan_id, t.id, p.id, RR.CONSUMERS)
             d = dyn[b]
-            nbytes = asize(k, b)
+            nbytes = size[k] if plain else bufts[b].alloc_size(t)
             c, o, blk = d.alloc(nbytes)
             bid[k] = b
             chk[k] = c
             off[k] = o
             if tracing:
-                m = d._mask
-                emit(ev.PlanAlloc, plan_id, t.id, b, c, o, (nbytes + m) & ~m, phase, blk)
+                mask = d._mask
+                emit(ev.PlanAlloc, plan_id, t.id, b, c, o, (nbytes + mask) & ~mask, phase, blk)
 
         def free_node(k: int) -> None:
             # ggml_gallocr_free_node: outputs are never freed
             if fl[k] & _OUTPUT:
                 return
             b = bid[k]
-            nbytes = asize(k, b)
+            nbytes = size[k] if plain else bufts[b].alloc_size(tensors[k])
             d = dyn[b]
             d.free(chk[k], off[k], nbytes)
             st[k] = _FREE
             if tracing:
-                m = d._mask
-                emit(ev.PlanFree, plan_id, tensors[k].id, b, chk[k], off[k], (nbytes + m) & ~m)
+                mask = d._mask
+                emit(ev.PlanFree, plan_id, tensors[k].id, b, chk[k], off[k], (nbytes + mask) & ~mask)
 
         # phase 1: leafs, in leaf order
-        for i in range(len(leaf_k)):
-            k = leaf_k[i]
+        for k, b in zip(leaf_k, leaf_ids):
             if st[k] == _FREE:
-                allocate(k, leaf_ids[i], 1)
+                allocate(k, b, 1)
 
         # phase 2: count children and views; allocate inputs early
-        n_nodes = len(node_k)
-        for i in range(n_nodes):
-            k = node_k[i]
+        for node, k, srcs, b in zip(nodes, node_k, node_src, node_ids):
             r = root[k]
-            if r >= 0 and nodes[i].op is not _NONE:
+            if r >= 0 and node.op is not _NONE:
                 nv[r] += 1
-            b = node_ids[i]
             if fl[k] & _INPUT and st[k] == _FREE:
-                allocate(k, b, 2)
-            for sk in node_src[i]:
-                if sk < 0:
-                    continue
+                allocate(k, b, 2, srcs)
+            for sk in srcs:
                 nch[sk] += 1
                 if fl[sk] & _INPUT and st[sk] == _FREE:
                     allocate(sk, b, 2)
 
         # phase 3: execution order; free sources after their last consumer
-        for i in range(n_nodes):
-            k = node_k[i]
-            srcs = node_src[i]
-            b = node_ids[i]
+        for k, srcs, b in zip(node_k, node_src, node_ids):
             for sk in srcs:
-                if sk >= 0 and st[sk] == _FREE:
+                if st[sk] == _FREE:
                     allocate(sk, b, 3)
             if st[k] == _FREE:
-                allocate(k, b, 3)
+                allocate(k, b, 3, srcs)
             for sk in srcs:
-                if sk < 0:
-                    continue
                 c = nch[sk] - 1
                 nch[sk] = c
                 if c == 0 and nv[sk] == 0:
@@ -496,13 +501,12 @@ class GraphAllocator:
                         free_node(sk)
 
         if not plain:
-            for k in range(n):
+            for k in range(m):
                 if hasrec[k]:
                     size[k] = bufts[bid[k]].alloc_size(tensors[k])
         chunk_sizes = [d.chunk_sizes() for d in dyn]
         if tracing:
             recorder.emit(ev.PlanEnd, plan_id, tuple(tuple(c) for c in chunk_sizes))
-        del galloc_id
         return Plan(plan_id, graph.id, node_k, node_src, leaf_k, bid, chk, off, size, hasrec, chunk_sizes)
 
     def _free_extra_space(self, k: int, pk: int, pb: int, tensors: list[Tensor], chk: list[int],
@@ -633,6 +637,56 @@ class GraphAllocator:
 
     def __repr__(self) -> str:
         return f"<GraphAllocator #{self.id} {[b.name for b in self.bufts]}>"
+
+
+def _flatten(leafs: list[Tensor], nodes: list[Tensor]
+             ) -> tuple[dict[Tensor | None, int], list[Tensor | None], list[int], list[int], list[list[int]], int]:
+    """Number every tensor the planner touches: leafs, nodes, sources, view roots.
+
+    Returns the index (tensor -> k), the tensors by k, the k of each leaf and node
+    position, each node's source k per slot, and the sentinel k that stands for an empty
+    source slot (``tensors[sentinel]`` is None; the planner never allocates or frees it).
+    """
+    nl, nn = len(leafs), len(nodes)
+    index: dict[Tensor | None, int] = dict(zip(leafs, range(nl)))
+    index.update(zip(nodes, range(nl, nl + nn)))
+    if len(index) == nl + nn:
+        tensors: list[Tensor | None] = leafs + nodes
+        leaf_k = list(range(nl))
+        node_k = list(range(nl, nl + nn))
+    else:  # a tensor listed twice: number first appearances only
+        index = {}
+        for t in leafs:
+            index.setdefault(t, len(index))
+        for t in nodes:
+            index.setdefault(t, len(index))
+        tensors = list(index)
+        leaf_k = [index[t] for t in leafs]
+        node_k = [index[t] for t in nodes]
+    sentinel = len(tensors)
+    index[None] = sentinel
+    tensors.append(None)
+    getitem = index.__getitem__
+    try:
+        node_src = [[*map(getitem, t.src)] for t in nodes]
+    except KeyError:  # a source outside the graph (graph views, hand-made graphs)
+        node_src = []
+        for t in nodes:
+            row = []
+            for s in t.src:
+                k = index.get(s)
+                if k is None:
+                    k = index[s] = len(tensors)
+                    tensors.append(s)
+                row.append(k)
+            node_src.append(row)
+    for t in tensors:
+        if t is not None:
+            vs = t.view_src
+            if vs is not None and vs not in index:
+                index[vs] = len(tensors)
+                tensors.append(vs)
+    return index, tensors, leaf_k, node_k, node_src, sentinel
 
 
 def _label(t: Tensor) -> str:
