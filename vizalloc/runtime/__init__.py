@@ -33,3 +33,8 @@ __all__ += ["backward", "build_backward_expand", "graph_get_grad", "graph_get_gr
 from vizalloc.runtime.sched import Scheduler  # noqa: E402
 
 __all__ += ["Scheduler"]
+
+# the planning and graph allocators, and golden-format case files (allocator engineer)
+from vizalloc.runtime.alloc import DynAllocator, GraphAllocator  # noqa: E402
+
+__all__ += ["DynAllocator", "GraphAllocator"]
