@@ -110,13 +110,16 @@ class _Plan:
     slots: tuple[int, ...]          # slot kind per field
     var: tuple[int, ...]            # row columns holding item counts (tuples, scalars)
     blobs: tuple[int, ...]          # row columns holding blob byte counts
+    convert: tuple[tuple[int, int, str, str], ...]  # (row column, slot kind, codec, name) of non-int fields
 
 
 def _plan(schema: KindSchema) -> _Plan:
     slots = tuple(_slot_kind(c) for c in schema.codecs)
     var = tuple(3 + j for j, s in enumerate(slots) if s in (_S_TUPLE_INT, _S_VAR))
     blobs = tuple(3 + j for j, s in enumerate(slots) if s == _S_BYTES)
-    return _Plan(schema, 3 + len(slots), slots, var, blobs)
+    convert = tuple((3 + j, s, c, n) for j, (s, c, n) in enumerate(zip(slots, schema.codecs, schema.fields))
+                    if s != _S_INT)
+    return _Plan(schema, 3 + len(slots), slots, var, blobs, convert)
 
 
 _PLANS: dict[type[ev.Event], _Plan] = {cls: _plan(s) for cls, s in SCHEMA.items()}
@@ -136,10 +139,14 @@ def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
     """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped."""
     if not len(a):
         return b"", 0
-    z = ((a << 1) ^ (a >> 63)).view(np.uint8).reshape(-1, 8).T
-    present = z.any(axis=1)
-    mask = int(np.packbits(present, bitorder="little")[0])
-    return z[present].tobytes(), mask
+    z = (a << 1) ^ (a >> 63)
+    used = int(np.bitwise_or.reduce(z).view(np.uint64))
+    present = [i for i in range(8) if used >> (8 * i) & 0xFF]
+    k = len(present)
+    planes = z.view(np.uint8).reshape(-1, 8)
+    # the usual case: the low k planes, taken by slice
+    planes = planes[:, :k] if present[-1:] == [k - 1] else planes[:, present]
+    return planes.T.tobytes(), sum(1 << i for i in present)
 
 
 _PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]
@@ -166,6 +173,16 @@ def _join_planes(pieces: Sequence[np.ndarray]) -> np.ndarray:
     z >>= np.uint64(1)
     out = z.view(np.int64)
     out ^= low
+    return out
+
+
+def _deltas(col: list[int], prev: int) -> list[int]:
+    """Differences from the previous value, wrapped into int64 like the reader's cumsum wraps
+    (the values themselves must fit int64)."""
+    out = [x - p for p, x in zip(chain((prev,), col), col)]
+    if min(out) < _I64_MIN or max(out) >= -_I64_MIN:
+        _array(_INT64, col)  # OverflowError when a value itself is outside int64
+        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
     return out
 
 
@@ -234,10 +251,7 @@ class ChunkEncoder:
                               f"range ({exc})") from exc
         if _BIG_ENDIAN:  # pragma: no cover
             arr.byteswap()
-        a = np.frombuffer(arr, dtype="<i8")
-        self._delta_seq_t(a[len(loc_ints):len(loc_ints) + len(rows_ints)],
-                          [(cls, len(groups[cls])) for cls in present])
-        int_bytes, planes = _pack_planes(a)
+        int_bytes, planes = _pack_planes(np.frombuffer(arr, dtype="<i8"))
         n_strings = len(lens)
         raw = b"".join((
             _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes),
@@ -323,18 +337,22 @@ class ChunkEncoder:
     def _encode_kind(self, plan: _Plan, rows: list[tuple[Any, ...]], rows_ints: list[int],
                      item_ints: list[int], blob: list[bytes]) -> None:
         """Append the kind's rows (row-major) and items; ``seq``/``t_ns`` stay raw here."""
-        schema = plan.schema
         w = plan.width
         flat = list(chain.from_iterable(rows))
         if len(flat) != w * len(rows):
             raise EncodeError(f"{len(flat)} values for {len(rows)} events of {w} values each")
+        # seq and t_ns as differences from the previous event of this kind in the file
+        cls = plan.schema.cls
+        carry = self._carry.get(cls, (0, 0))
+        seqs, times = flat[0::w], flat[1::w]
+        self._carry[cls] = (seqs[-1], times[-1])
+        flat[0::w] = _deltas(seqs, carry[0])
+        flat[1::w] = _deltas(times, carry[1])
         # replace the non-integer slots in place, column by column (strided slices run in C)
         flat[2::w] = self._loc_list(flat[2::w])
         var_cols: list[Sequence[Any]] = []
         blob_cols: list[Sequence[Any]] = []
-        for j, (name, codec, slot) in enumerate(zip(schema.fields, schema.codecs, plan.slots), start=3):
-            if slot == _S_INT:
-                continue
+        for j, slot, codec, name in plan.convert:
             col = flat[j::w]
             try:
                 if slot == _S_STR:
@@ -370,28 +388,6 @@ class ChunkEncoder:
             item_ints.extend(chain.from_iterable(chain.from_iterable(zip(*var_cols))))
         if blob_cols:
             blob.extend(chain.from_iterable(zip(*blob_cols)))
-
-    def _delta_seq_t(self, rows: np.ndarray, groups: list[tuple[type[ev.Event], int]]) -> None:
-        """Replace ``seq`` and ``t_ns`` in the rows by differences from the previous event of the
-        same kind in the file (int64 arithmetic wraps, and so does the reader's cumsum)."""
-        widths = np.array([_PLANS[cls].width for cls, _ in groups], dtype=np.int64)
-        counts = np.array([n for _, n in groups], dtype=np.int64)
-        group_row0 = np.cumsum(widths * counts) - widths * counts       # where each group's rows start
-        first = np.cumsum(counts) - counts                              # each group's first event
-        rank = np.arange(int(counts.sum())) - np.repeat(first, counts)
-        pos = np.repeat(group_row0, counts) + np.repeat(widths, counts) * rank
-        carry = [self._carry.get(cls, (0, 0)) for cls, _ in groups]
-        last = first + counts - 1
-        for j in (0, 1):
-            vals = rows[pos + j]
-            prev = np.empty_like(vals)
-            prev[1:] = vals[:-1]
-            prev[first] = [c[j] for c in carry]
-            rows[pos + j] = vals - prev
-            ends = vals[last].tolist()
-            carry = [(e, c[1]) if j == 0 else (c[0], e) for c, e in zip(carry, ends)]
-        for (cls, _), c in zip(groups, carry):
-            self._carry[cls] = c
 
     def _flat(self, codec: str, v: Any) -> list[int]:
         """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""
