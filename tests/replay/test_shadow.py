@@ -78,3 +78,17 @@ def test_summary_and_dict():
     assert "first diverging node" in text and "grad for W1" in text
     d = s.to_dict()
     assert d["first_name"] == s.first_name and len(d["node_diffs"]) == len(s.node_diffs)
+
+
+def test_uncaptured_inputs_get_synthetic_values_and_the_plan_still_shows():
+    """The first backward step's parameters were set before any capture; with seeded values
+    in both runs the corruption by the plan still shows (and the verdict says it does not
+    reproduce the recorded values)."""
+    _, broken = traced("none", steps=2)
+    _, fixed = traced("dup", steps=2)
+    first_broken = shadow_compute(broken, backward_computes(broken)[0])
+    first_fixed = shadow_compute(fixed, backward_computes(fixed)[0])
+    assert not first_broken.conclusive and not first_fixed.conclusive
+    assert first_broken.first_name == "grad for W1"
+    assert first_fixed.first_diverging == -1
+    assert "synthetic" in " ".join(first_broken.notes)

@@ -11,6 +11,11 @@ of the traced run come from the recorded-placement run, which is checked against
 captured results (``reproduces_trace``). The private run is the correct computation;
 the first node where the two differ is where the memory plan corrupted the numbers.
 
+An input read before it is written but never captured (ggml's op-NONE parameter nodes are
+not snapshotted) takes the latest earlier snapshot of the same bytes; failing that, both
+runs get the same seeded synthetic values: whether the plan corrupts the compute is still
+shown, but the result is marked not ``conclusive`` about the recorded values.
+
     from vizalloc.analysis.model import build_model
     from vizalloc.replay.shadow import shadow_compute
     result = shadow_compute(build_model(trace), compute_id)
@@ -92,13 +97,13 @@ class ShadowResult:
         lines = [f"shadow execution of compute #{self.compute_id} (graph #{self.graph_id}): "
                  f"{len(self.node_diffs)} nodes replayed"]
         if not self.conclusive:
-            lines.append("INCONCLUSIVE: the replay with the recorded placements does not reproduce the captured "
-                         "results, so its per-node verdict is not evidence")
-        elif self.first_diverging >= 0:
+            lines.append("INCONCLUSIVE about the recorded values: the replay with the recorded placements does "
+                         "not reproduce the captured results")
+        if self.first_diverging >= 0:
             lines.append(f"first diverging node: {self.first_diverging} '{self.first_name}' "
                          f"(#{self.first_tensor_id}), max abs diff {self.max_abs_diff:.6g}")
         else:
-            lines.append("no node output differs from the private-memory run")
+            lines.append("no node output differs between private memory and the recorded placements")
         for tid, name, diff in self.output_diffs:
             lines.append(f"captured result '{name}' (#{tid}) vs private run: max abs diff {diff:.6g}")
         if self.reproduces_trace:
@@ -251,7 +256,20 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
         else:
             begin[root] = snap
     if missing:
-        notes.append("inputs without captured values (left as zeros): "
+        # the same seeded values in both runs: whether the plan corrupts the compute does not
+        # depend on the exact values, but the comparison with the captured results does
+        rng = np.random.default_rng(compute_id)
+        for root in missing:
+            info = model.tensors[root]
+            dt = DType.from_label(info.dtype).numpy
+            n = 1
+            for d in info.ne:
+                n *= d
+            vals = (rng.standard_normal(n) * 0.5).astype(dt) if dt.kind == "f" else \
+                rng.integers(0, max(1, min(info.ne[0], 16)), n).astype(dt)
+            begin[root] = ev.ValueSnapshot(-1, 0, None, root, compute_id, "synthetic", info.dtype, info.ne,
+                                           vals.tobytes())
+        notes.append("inputs without captured values (given seeded synthetic values in both runs): "
                      + ", ".join(f"'{model.label(t)}'" for t in missing[:8]))
     notes.append("per-node values of the traced run are not captured; they come from the recorded-placement "
                  "replay, checked against the captured results")
