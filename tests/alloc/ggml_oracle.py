@@ -291,7 +291,9 @@ class Built:
             if a is None:
                 return None
             n = ggml.ggml_nelements(a)
-            return self._new(ggml.ggml_reshape_1d(c, a, n) if u < 0.5 or n % 2 else ggml.ggml_reshape_2d(c, a, n // 2, 2))
+            if u < 0.5 or n % 2:
+                return self._new(ggml.ggml_reshape_1d(c, a, n))
+            return self._new(ggml.ggml_reshape_2d(c, a, n // 2, 2))
         if kind == "transpose":
             a = self._pick(f32, view=True)
             return None if a is None else self._new(ggml.ggml_transpose(c, a))

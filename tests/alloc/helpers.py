@@ -33,8 +33,8 @@ def node(ctx: Context, op: Op, srcs: Sequence[Tensor | None], ne: Sequence[int] 
 def view(ctx: Context, a: Tensor, ne: Sequence[int], offset: int = 0, op: Op = Op.VIEW, name: str = "",
          nb: Sequence[int] | None = None) -> Tensor:
     ne4 = tuple(ne) + (1,) * (4 - len(ne))
-    return ctx.new_tensor_impl(a.type, ne4, a, offset, nb=nb or contiguous_strides(a.type, ne4),  # type: ignore[arg-type]
-                               op=op, src=[a], name=name)
+    strides = nb or contiguous_strides(a.type, ne4)  # type: ignore[arg-type]
+    return ctx.new_tensor_impl(a.type, ne4, a, offset, nb=strides, op=op, src=[a], name=name)
 
 
 def graph(*roots: Tensor) -> Graph:

@@ -90,7 +90,8 @@ ops = st.lists(st.tuples(st.booleans(), st.integers(1, 700), st.integers(0, 10**
 
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(ops=ops, alignment=st.sampled_from([16, 32, 256]), max_size=st.sampled_from([None, 256, 512, 1000, 4096]))
-def test_same_addresses_and_free_lists_as_the_literal_port(ops, alignment, max_size) -> None:  # type: ignore[no-untyped-def]
+def test_same_addresses_and_free_lists_as_the_literal_port(  # type: ignore[no-untyped-def]
+        ops, alignment, max_size) -> None:
     fast = DynAllocator(alignment, max_size)
     ref = RefDyn(alignment, max_size)
     live: list[tuple[int, int, int]] = []

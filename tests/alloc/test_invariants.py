@@ -158,7 +158,8 @@ def test_the_checker_catches_a_shared_live_pair() -> None:
         assert galloc.alloc_graph(g)
         ranges = live_ranges(g)
         live = [t for t in g.nodes if t.view_src is None and t.data is not None]
-        pairs = [(a, b) for a in live for b in live if a is not b and ranges[id(a)][0] < ranges[id(b)][0] < ranges[id(a)][1]]
+        pairs = [(a, b) for a in live for b in live
+                 if a is not b and ranges[id(a)][0] < ranges[id(b)][0] < ranges[id(a)][1]]
         if not pairs:
             continue
         a, b = pairs[0]

@@ -254,7 +254,8 @@ class CaseReplay:
         static_buft = BufferType("static", alignment=1)
         for b in case.buffer_instances:
             if b.get("external"):
-                buf = static_buft.alloc_buffer(int(b["size"]), Usage.WEIGHTS, cause=f"case static buffer {b.get('name')}")
+                buf = static_buft.alloc_buffer(int(b["size"]), Usage.WEIGHTS,
+                                               cause=f"case static buffer {b.get('name')}")
                 self.static[int(b["instance"])] = buf
                 self.instance_of[buf.id] = int(b["instance"])
         self._next_instance = len(self.static)

@@ -4,6 +4,7 @@
 """
 
 from vizalloc.runtime.alloc.dyn_allocator import MAX_CHUNKS, MAX_FREE_BLOCKS, DynAllocator
-from vizalloc.runtime.alloc.graph_allocator import INVALID, GraphAllocator, Plan
+from vizalloc.runtime.alloc.graph_allocator import GraphAllocator
+from vizalloc.runtime.alloc.planner import INVALID, Plan, plan_graph
 
-__all__ = ["DynAllocator", "GraphAllocator", "INVALID", "MAX_CHUNKS", "MAX_FREE_BLOCKS", "Plan"]
+__all__ = ["DynAllocator", "GraphAllocator", "INVALID", "MAX_CHUNKS", "MAX_FREE_BLOCKS", "Plan", "plan_graph"]
