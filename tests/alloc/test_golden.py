@@ -62,3 +62,26 @@ def test_table_output_escapes_names(tmp_path: Path, capsys: pytest.CaptureFixtur
     p.write_text(json.dumps(data))
     assert cli.main(["plan", str(p)]) == 0
     assert "[red]x[/red]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("use_scheduler", [True, False])
+def test_reclaim_turns_the_stale_run_into_the_cleared_one(use_scheduler: bool) -> None:
+    # seed_A_stale with GraphAllocator(reclaim=True) places every tensor where real ggml
+    # placed it in seed_A_fix_clear (pointers cleared by hand after each reset), with no
+    # tensors live at the same time on the same bytes
+    stale = parse_case(json.loads((GOLDEN / "seed_A_stale.json").read_text()))
+    clear = parse_case(json.loads((GOLDEN / "seed_A_fix_clear.json").read_text()))
+    got = [r for s, r in zip(stale.steps, replay_case(stale, reclaim=True, use_scheduler=use_scheduler))
+           if s.action == "sched_alloc_graph"]
+    want = [s.expected for s in clear.steps if s.action == "sched_alloc_graph"]
+    assert len(got) == len(want) == 6
+    for g, w in zip(got, want):
+        assert w is not None
+        assert g["buffer_sizes"] == w["buffer_sizes"]
+        assert g["conflicting_pairs"] == w["conflicting_pairs"] == 0
+        where = {k: (v["buffer"], v["offset"]) for k, v in g["tensors"].items()}
+        assert where == {k: (v["buffer"], v["offset"]) for k, v in w["tensors"].items()}
+    # and without the fix the same replay has live overlaps
+    plain = [r for s, r in zip(stale.steps, replay_case(stale, use_scheduler=use_scheduler))
+             if s.action == "sched_alloc_graph"]
+    assert sum(r["conflicting_pairs"] for r in plain) == 12
