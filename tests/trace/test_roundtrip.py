@@ -52,6 +52,56 @@ def test_mixed_kinds_keep_their_order(events: list[ev.Event], chunk: int, compre
     assert loaded.events == tuple(events)
 
 
+def _as_row(e: ev.Event) -> tuple[object, ...]:
+    return (e.seq, e.t_ns, e.loc, *(getattr(e, f) for f in SCHEMA[type(e)].fields))
+
+
+def _roundtrip_rows(events: list[ev.Event], chunk: int) -> Trace:
+    """Through the recorder's path: rows, not objects (small chunks are encoded in order)."""
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER)
+    for i in range(0, len(events), chunk):
+        part = events[i:i + chunk]
+        w.write_rows([type(e) for e in part], [_as_row(e) for e in part], rows_only=True)
+    w.close()
+    return read_trace(io.BytesIO(buf.getvalue()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(ANY_EVENT, max_size=40), chunk=st.integers(1, 17))
+def test_rows_in_recording_order_round_trip(events: list[ev.Event], chunk: int) -> None:
+    assert _roundtrip_rows(events, chunk).events == tuple(events)
+
+
+def test_small_in_order_and_big_grouped_chunks_mix_in_one_file() -> None:
+    from vizalloc.trace.chunks import ORDERED_MAX_EVENTS
+
+    loc = ev.Location("a.py", 1, "f")
+    events: list[ev.Event] = []
+    for i in range(1, 3 * ORDERED_MAX_EVENTS):
+        if i % 3 == 0:
+            events.append(ev.NodeCompute(i, 10 * i, loc, 1, i, 100 + i, "CPU", (i, i + 1), 5))
+        elif i % 3 == 1:
+            events.append(ev.TensorPlaced(i, 10 * i, None, i, 2, 64 * i, 64, ev.PlacedBy.GALLOCR, 7))
+        else:
+            events.append(ev.Marker(i, 10 * i, loc, f"m{i}"))
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER)
+    bounds = [0, 7, 30, 30 + 2 * ORDERED_MAX_EVENTS, len(events)]  # small, small, big (grouped), small
+    for a, b in zip(bounds, bounds[1:]):
+        part = events[a:b]
+        w.write_rows([type(e) for e in part], [_as_row(e) for e in part], rows_only=True)
+    w.close()
+    assert read_trace(io.BytesIO(buf.getvalue())).events == tuple(events)
+
+
+def test_extreme_seq_values_fall_back_to_the_wrapping_path() -> None:
+    big, small = (1 << 63) - 1, -(1 << 63)
+    events = [ev.Marker(big, small, None, "a"), ev.Marker(small, big, None, "b"), ev.Marker(0, 0, None, "c")]
+    assert _roundtrip_rows(events, 3).events == tuple(events)
+    assert _roundtrip(events, 3).events == tuple(events)
+
+
 def test_float_bits_and_special_values_survive() -> None:
     params = (0.1, -0.0, math.inf, -math.inf, 5e-324, 1.7976931348623157e308, 3, "x", True, None)
     e = ev.TensorCreated(1, 2, None, 3, 0, "t", "f32", (4, 1, 1, 1), (4, 16, 16, 16), "SCALE", params,

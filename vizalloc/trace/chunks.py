@@ -57,7 +57,11 @@ from vizalloc.trace import events as ev
 from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
 
 _Location = ev.Location
-_HEAD = struct.Struct("<6IB")
+_HEAD = struct.Struct("<6IBB")
+_IN_ORDER = 1        # chunk head flag: rows in recording order (else grouped by kind)
+#: Chunks up to this many events (the usual flush at the end of a small graph compute)
+#: are encoded event by event in recording order, which costs less than grouping them.
+ORDERED_MAX_EVENTS = 512
 _INT64 = "q" if struct.calcsize("q") == 8 else "l"
 _BIG_ENDIAN = sys.byteorder == "big"
 _I64_MIN, _I64_SPAN = -(1 << 63), 1 << 64
@@ -123,6 +127,12 @@ def _plan(schema: KindSchema) -> _Plan:
 
 
 _PLANS: dict[type[ev.Event], _Plan] = {cls: _plan(s) for cls, s in SCHEMA.items()}
+
+
+def _as_bool(v: Any) -> int:
+    if v is True or v is False or v == 0 or v == 1:
+        return 1 if v else 0
+    raise EncodeError(f"expected a bool, got {v!r}")
 
 
 def _float_bits(v: Any) -> int:
@@ -203,6 +213,62 @@ class ChunkEncoder:
         self._carry: dict[type[ev.Event], tuple[int, int]] = {}   # last (seq, t_ns) per kind
         self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
+        self._row_encoders = {cls: self._row_encoder(plan) for cls, plan in _PLANS.items()}
+
+    def _row_encoder(self, plan: _Plan) -> Any:
+        """A generated ``enc(row, rows, items, blob)`` that appends one event's row, for the
+        in-order path: straight-line code with the kind's conversions inlined."""
+        w = plan.width
+        f = [f"f{i}" for i in range(w)]
+        body = [
+            f"    {', '.join(f)}, = row",
+            "    c = carry_get(cls, zero)",
+            "    carry[cls] = (f0, f1)",
+            "    l = lids_get(id(f2))",
+            "    if l is None:",
+            "        l = loc_slow(f2)",
+        ]
+        exprs = ["f0 - c[0]", "f1 - c[1]", "l"]
+        tail = []
+        for j, slot, codec in zip(range(3, w), plan.slots, plan.schema.codecs):
+            v = f[j]
+            if slot == _S_INT:
+                exprs.append(v)
+            elif slot == _S_STR or slot == _S_ENUM:
+                fast = f"sids_get({v})" if slot == _S_STR else f"sids_get({v}._value_)"
+                check = "str" if slot == _S_STR else f"enum_{j}"
+                body += [f"    s{j} = {fast} if type({v}) is {check} else None",
+                         f"    if s{j} is None:", f"        s{j} = sid_slow({v})"]
+                exprs.append(f"s{j}")
+            elif slot == _S_BOOL:
+                exprs.append(f"as_bool({v})")
+            elif slot == _S_FLOAT:
+                exprs.append(f"float_bits({v})")
+            elif slot == _S_TUPLE_INT:
+                exprs.append(f"len({v})")
+                tail.append(f"    items += {v}")
+            elif slot == _S_VAR:
+                body.append(f"    v{j} = flat({codec!r}, {v})")
+                exprs.append(f"len(v{j})")
+                tail.append(f"    items += v{j}")
+            else:  # _S_BYTES
+                body.append(f"    if type({v}) is not bytes and type({v}) is not bytearray: raise EncodeError('expected bytes')")
+                exprs.append(f"len({v})")
+                tail.append(f"    blob.append({v})")
+        body.append(f"    rows += ({', '.join(exprs)},)")
+        body += tail
+        scope: dict[str, Any] = {
+            "cls": plan.schema.cls, "zero": (0, 0), "carry": self._carry, "carry_get": self._carry.get,
+            "lids_get": self._lids.get, "loc_slow": lambda loc: self._loc_list([loc])[0],
+            "sids_get": self._sids.get, "sid_slow": self._sid, "as_bool": _as_bool, "float_bits": _float_bits,
+            "flat": self._flat, "EncodeError": EncodeError,
+        }
+        for j, slot, codec, _name in plan.convert:
+            if slot == _S_ENUM:
+                scope[f"enum_{j}"] = ENUMS[codec[5:]]
+        src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
+        exec(compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec"), scope)  # noqa: S102 - our own code
+        return scope["enc"]
 
     @property
     def compressed(self) -> bool:
@@ -218,43 +284,64 @@ class ChunkEncoder:
 
         ``rows_only`` promises that every item is a row (skips a per-item check).
         """
-        groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
-        for cls, item in zip(classes, items):
-            groups[cls].append(item)
-        for cls in groups:
+        for cls in set(classes):
             if cls not in SCHEMA:
                 raise EncodeError(f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events")
-        index = {cls: SCHEMA[cls].index for cls in groups}
+        if rows_only and len(items) <= ORDERED_MAX_EVENTS:
+            saved = dict(self._carry)
+            try:
+                return self._encode(classes, items, in_order=True, rows_only=True)
+            except (EncodeError, TypeError, ValueError, OverflowError, AttributeError):
+                self._carry.clear()  # (in place: the row encoders hold this dict)
+                self._carry.update(saved)  # the grouped path below wraps deltas and names the culprit
+        return self._encode(classes, items, in_order=False, rows_only=rows_only)
+
+    def _encode(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, in_order: bool,
+                rows_only: bool) -> tuple[bytes, bytes]:
+        index = {cls: SCHEMA[cls].index for cls in set(classes)}
         kinds = bytes([index[c] for c in classes])
         rows_ints: list[int] = []
         item_ints: list[int] = []
         blob: list[bytes] = []
-        present = sorted(groups, key=index.__getitem__)
-        for cls in present:
-            group = groups[cls]
-            if not rows_only:
-                getter = self._getters[cls]
-                group = [x if type(x) is tuple else getter(x) for x in group]
+        if in_order:
+            encoders = self._row_encoders
+            for cls, row in zip(classes, items):
+                encoders[cls](row, rows_ints, item_ints, blob)
+            rows_arr = _array(_INT64, rows_ints)
+            items_arr = _array(_INT64, item_ints)
+        else:
+            groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
+            for cls, item in zip(classes, items):
+                groups[cls].append(item)
+            for cls in sorted(groups, key=index.__getitem__):
+                group = groups[cls]
+                if not rows_only:
+                    getter = self._getters[cls]
+                    group = [x if type(x) is tuple else getter(x) for x in group]
+                try:
+                    self._encode_kind(_PLANS[cls], group, rows_ints, item_ints, blob)
+                except EncodeError as exc:
+                    raise EncodeError(f"{cls.__name__}.{exc}") from None
+                except (TypeError, AttributeError, ValueError) as exc:
+                    raise EncodeError(f"{cls.__name__}: a field holds a value the trace file cannot store: {exc}"
+                                      ) from exc
             try:
-                self._encode_kind(_PLANS[cls], group, rows_ints, item_ints, blob)
-            except EncodeError as exc:
-                raise EncodeError(f"{cls.__name__}.{exc}") from None
-            except (TypeError, AttributeError, ValueError) as exc:
-                raise EncodeError(f"{cls.__name__}: a field holds a value the trace file cannot store: {exc}") from exc
-        loc_ints, lens, text = self._pack_tables()
-        try:
-            arr = _array(_INT64, loc_ints)
-            arr.extend(_array(_INT64, rows_ints))
-            arr.extend(_array(_INT64, item_ints))
-        except (TypeError, OverflowError) as exc:
-            raise EncodeError(f"{self._culprit(groups, rows_only)}: not an integer or outside the signed 64-bit "
-                              f"range ({exc})") from exc
+                rows_arr = _array(_INT64, rows_ints)
+                items_arr = _array(_INT64, item_ints)
+            except (TypeError, OverflowError) as exc:
+                raise EncodeError(f"{self._culprit(groups)}: not an integer or outside the signed 64-bit "
+                                  f"range ({exc})") from exc
+        loc_ints, lens, text = self._pack_tables()  # only now: nothing can fail after this
+        arr = _array(_INT64, loc_ints)
+        arr.extend(rows_arr)
+        arr.extend(items_arr)
         if _BIG_ENDIAN:  # pragma: no cover
             arr.byteswap()
         int_bytes, planes = _pack_planes(np.frombuffer(arr, dtype="<i8"))
         n_strings = len(lens)
         raw = b"".join((
-            _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes),
+            _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes,
+                       _IN_ORDER if in_order else 0),
             kinds, _array("I", lens).tobytes() if not _BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
             text, int_bytes,
         ))
@@ -262,7 +349,7 @@ class ChunkEncoder:
             raw = self._zlib.compress(raw) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
         return raw, b"".join(blob)
 
-    def _culprit(self, groups: dict[type[ev.Event], list[Any]], rows_only: bool) -> str:
+    def _culprit(self, groups: dict[type[ev.Event], list[Any]]) -> str:
         """Which field held a value int64 cannot store (only called after a failure)."""
         for cls, group in groups.items():
             schema = SCHEMA[cls]
@@ -441,6 +528,7 @@ class ChunkParts:
     n_rows: int             # row ints
     n_items: int            # item ints
     blob: bytes
+    in_order: bool          # rows in recording order (else grouped by kind)
 
 
 class ChunkDecoder:
@@ -479,7 +567,7 @@ class ChunkDecoder:
         if self._zlib is not None:
             meta = self._zlib.decompress(meta)
         view = memoryview(meta)
-        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes = _HEAD.unpack_from(view, 0)
+        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(view, 0)
         if n_ev != n_events:
             raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
         pos = _HEAD.size
@@ -509,7 +597,7 @@ class ChunkDecoder:
             vals = _join_planes([_unpack_planes(ints[:, : 3 * n_locs].tobytes(), 3 * n_locs, planes)]).tolist()
             for i in range(0, len(vals), 3):
                 self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
-        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob)
+        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & _IN_ORDER))
 
     # -- per batch: everything else ---------------------------------------------------
     def assemble(self, parts: Sequence[ChunkParts]) -> list[ev.Event]:
@@ -529,7 +617,9 @@ class ChunkDecoder:
                 raise ValueError(f"event kind {name} is unknown to this vizalloc or has other fields")
         # the file stores each chunk's events grouped by kind ("layout order")
         chunk_of = np.repeat(np.arange(len(parts)), counts)
-        order = np.lexsort((kinds, chunk_of))
+        in_order = np.array([p.in_order for p in parts])
+        key = np.where(np.repeat(in_order, counts), 0, kinds) if in_order.any() else kinds
+        order = np.lexsort((key, chunk_of))
         kinds_l = kinds[order]
         widths = self._widths[kinds_l]
         row_start = np.cumsum(widths) - widths
