@@ -8,7 +8,7 @@ flags; 1-3 buffer types with alignments 16-256 and small max sizes that force ch
 first and is allocated by the same allocator). See ``ggml_oracle.py``.
 
 The default run checks 2,000 seeded graphs (hypothesis, derandomized) in a fresh
-interpreter (``diff_main.py`` says why). Set ``VIZALLOC_DIFF_EXAMPLES=N`` to run N
+interpreter, so a ggml abort cannot end the session (``diff_main.py`` says more). Set ``VIZALLOC_DIFF_EXAMPLES=N`` to run N
 instead, e.g. ``VIZALLOC_DIFF_EXAMPLES=100000 python -m pytest tests/alloc/test_differential.py``.
 """
 
