@@ -225,3 +225,12 @@ def test_parquet_export_keeps_every_row(tmp_path: Path) -> None:
     created = pq.read_table(tmp_path / "pq" / "TensorCreated.parquet").to_pylist()[0]
     assert created["ne"] == [3, 2, 1, 1] and created["loc_file"] == __file__
     assert [e.seq for e in t.trace.events if isinstance(e, ev.Marker)] == markers.column("seq").to_pylist()
+
+
+def test_source_lines_point_at_user_code_and_packaged_scenarios() -> None:
+    scenario = pytest.importorskip("vizalloc.scenarios.shared_tensors")
+    sessions = []
+    scenario.run("none", steps=1, seed=0, around_loop=lambda: sessions.append(vizalloc.trace()) or sessions[-1])
+    files = {e.loc.file for e in sessions[0].trace.events if e.loc is not None}
+    assert files and all(f.endswith(("shared_tensors.py", "test_api.py")) or "scenarios" in f for f in files), files
+    assert any(f.endswith("shared_tensors.py") for f in files)

@@ -196,6 +196,10 @@ def _deltas(col: list[int], prev: int) -> list[int]:
     return out
 
 
+_ROW_ENCODER_CODE: dict[type[ev.Event], Any] = {}
+_INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
+
+
 class ChunkEncoder:
     """Turns events into chunk bytes; keeps the file-wide tables between chunks.
 
@@ -266,8 +270,11 @@ class ChunkEncoder:
         for j, slot, codec, _name in plan.convert:
             if slot == _S_ENUM:
                 scope[f"enum_{j}"] = ENUMS[codec[5:]]
-        src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
-        exec(compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec"), scope)  # noqa: S102 - our own code
+        code = _ROW_ENCODER_CODE.get(plan.schema.cls)
+        if code is None:  # compiled once per kind; each encoder binds its own tables
+            src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
+            code = _ROW_ENCODER_CODE[plan.schema.cls] = compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec")
+        exec(code, scope)  # noqa: S102 - our own generated code
         return scope["enc"]
 
     @property
@@ -298,8 +305,8 @@ class ChunkEncoder:
 
     def _encode(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, in_order: bool,
                 rows_only: bool) -> tuple[bytes, bytes]:
-        index = {cls: SCHEMA[cls].index for cls in set(classes)}
-        kinds = bytes([index[c] for c in classes])
+        index = _INDEX
+        kinds = bytes(map(index.__getitem__, classes))
         rows_ints: list[int] = []
         item_ints: list[int] = []
         blob: list[bytes] = []

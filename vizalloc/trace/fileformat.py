@@ -62,13 +62,14 @@ class TraceTruncatedWarning(UserWarning):
 
 # -- writing -------------------------------------------------------------------
 
+#: The event schema as the header stores it (the same for every file this vizalloc writes).
+_KINDS_JSON = json.dumps([[s.name, [list(p) for p in zip(s.fields, s.codecs)]] for s in SCHEMA.values()],
+                         separators=(",", ":"), ensure_ascii=True)
+
+
 def _header_bytes(header: TraceHeader, compressed: bool) -> bytes:
-    doc = {
-        "format": "vztrace",
-        "header": asdict(header),
-        "kinds": [[s.name, [list(p) for p in zip(s.fields, s.codecs)]] for s in SCHEMA.values()],
-    }
-    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    head_json = json.dumps(asdict(header), separators=(",", ":"), ensure_ascii=True)
+    body = f'{{"format":"vztrace","header":{head_json},"kinds":{_KINDS_JSON}}}'.encode("ascii")
     head = _HEAD.pack(MAGIC, FORMAT_VERSION, FLAG_ZLIB if compressed else 0, len(body)) + body
     return head + _CRC.pack(zlib.crc32(head))
 

@@ -29,6 +29,9 @@ from vizalloc.trace.events import Event, Location
 from vizalloc.trace.schema import SCHEMA
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: Packaged *programs* (the demo's training loops) are the user's code as far as source
+#: lines go: a hazard in the demo should point at the loop's line, not at the CLI.
+_USER_DIRS = (_PACKAGE_DIR + "scenarios" + os.sep,)
 
 
 class Recorder(Protocol):
@@ -98,7 +101,8 @@ def pop(rec: Recorder) -> None:
 
 def _lines_of(code: Any) -> dict[int, Location] | None:
     filename = code.co_filename
-    internal = filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen ")
+    internal = (filename.startswith(_PACKAGE_DIR) and not filename.startswith(_USER_DIRS)) \
+        or filename.startswith("<frozen ")
     lines: dict[int, Location] | None = None if internal else {}
     _code_keep.append(code)
     _code_lines[id(code)] = lines
