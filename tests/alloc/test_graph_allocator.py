@@ -218,3 +218,32 @@ def test_views_are_bound_to_their_roots() -> None:
     assert galloc.alloc_graph(graph(c))
     assert v.data == x.data + 64 and v.buffer is x.buffer
     np.testing.assert_array_equal(tensor_array(v).shape, (1, 1, 2, 8))
+
+
+def test_graph_view_plans_sources_outside_the_slice() -> None:
+    # ggml_graph_view: nodes [1, 3) and no leafs; the source a is not in the graph, so
+    # phase 3 allocates it for its consumer, which then takes it over in place
+    ctx = Context()
+    x = leaf(ctx, 64, name="x")
+    a = node(ctx, Op.SQR, [x], name="a")
+    b = node(ctx, Op.SQR, [a], name="b")
+    c = node(ctx, Op.CONT, [b], name="c")
+    g = graph(c).view(1, 3)
+    assert [t.name for t in g.nodes] == ["b", "c"] and g.leafs == []
+    galloc = GraphAllocator(cpu())
+    assert galloc.alloc_graph(g)
+    assert (a.offset, b.offset, c.offset, galloc.buffer_size(0)) == (0, 0, 256, 512)
+    assert x.data is None  # not reached by the slice
+
+
+def test_view_root_outside_the_graph() -> None:
+    # a view node whose root is no graph member: the root is still counted and planned
+    ctx = Context()
+    r = leaf(ctx, 32, name="r")
+    v = ctx.new_tensor_impl(r.type, (16,), r, 64, op=Op.VIEW, src=[r], name="v")
+    c = node(ctx, Op.CONT, [v], name="c")
+    g = graph(c)
+    g2 = g.view(1, 2)  # just c: v and r are outside
+    galloc = GraphAllocator(cpu())
+    assert galloc.alloc_graph(g2)
+    assert v.data is None and c.offset == 0  # ggml: v's root has no buffer, the view stays unbound

@@ -174,9 +174,27 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
         recorder.emit(ev.PlanBegin, galloc_id, plan_id, graph.id, len(nodes), len(leafs),
                       tuple(b.alignment for b in bufts))
 
-    # the sentinel stands for empty source slots: never allocated, never freed, so the
-    # loops below need no "is this slot empty" test
-    index, tensors, leaf_k, node_k, node_src, sentinel = _flatten(leafs, nodes)
+    # Number the tensors: leafs, nodes, a sentinel that stands for empty source slots
+    # (never allocated, never freed, so the loops need no "is this slot empty" test),
+    # then "extras": view roots and sources that are not in the graph.
+    nl, nn = len(leafs), len(nodes)
+    index: dict[Tensor | None, int] = dict(zip(leafs, range(nl)))
+    index.update(zip(nodes, range(nl, nl + nn)))
+    simple = len(index) == nl + nn
+    if simple:
+        tensors: list[Tensor | None] = leafs + nodes
+        leaf_k = list(range(nl))
+        node_k = list(range(nl, nl + nn))
+    else:  # a tensor listed twice: number first appearances only
+        index = {}
+        for t in leafs + nodes:
+            index.setdefault(t, len(index))
+        tensors = list(index)
+        leaf_k = [index[t] for t in leafs]
+        node_k = [index[t] for t in nodes]
+    sentinel = len(tensors)
+    index[None] = sentinel
+    tensors.append(None)
     m = len(tensors)
     # states and flags are bytes: compact (100k-node graphs outgrow the caches) and
     # indexing a bytearray yields cached small ints
@@ -186,12 +204,46 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     fl = bytearray(m)
     size = [0] * m
     hasrec = bytearray(m)
-    for k in itertools.chain(range(sentinel), range(sentinel + 1, m)):
+    extras: list[int] = []
+
+    def add_extra(t: Tensor) -> int:
+        k = len(tensors)
+        index[t] = k
+        tensors.append(t)
+        st.append(_FREE)
+        root.append(-1)
+        fl.append(0)
+        size.append(0)
+        hasrec.append(0)
+        extras.append(k)
+        return k
+
+    def src_row(t: Tensor) -> list[int]:
+        row = []
+        for s in t.src:
+            k = index.get(s)
+            row.append(add_extra(s) if k is None else k)
+        return row
+
+    getitem = index.__getitem__
+    if simple:
+        node_src: list[list[int]] = [[]] * nn
+    else:
+        node_src = [src_row(t) for t in nodes]  # type: ignore[arg-type]
+    # one pass over the tensors: the nodes' source rows, then what the planner needs to
+    # know about each tensor (each object is touched once: large graphs outgrow caches)
+    for k in range(sentinel):
         t = tensors[k]
+        if simple and k >= nl:
+            try:
+                node_src[k - nl] = [*map(getitem, t.src)]
+            except KeyError:  # a source outside the graph (graph views, hand-made graphs)
+                node_src[k - nl] = src_row(t)  # type: ignore[arg-type]
         fl[k] = t.flags & 0xFF
         vs = t.view_src
         if vs is not None:
-            root[k] = index[vs]
+            r = index.get(vs)
+            root[k] = add_extra(vs) if r is None else r
             st[k] = _SKIP
             continue
         if t.data is not None:
@@ -214,6 +266,27 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
                     size[k] = dt.type_size + (ne0 - 1) * nb0 + (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
             else:
                 size[k] = nbytes_of(dt, t.ne, t.nb)
+    j = 0
+    while j < len(extras):  # rare: roots and sources outside the graph (may add more)
+        k = extras[j]
+        j += 1
+        t = tensors[k]
+        fl[k] = t.flags & 0xFF
+        vs = t.view_src
+        if vs is not None:
+            r = index.get(vs)
+            root[k] = add_extra(vs) if r is None else r
+            st[k] = _SKIP
+        elif t.data is not None or t.buffer is not None:
+            st[k] = _SKIP
+            hasrec[k] = t.data is None
+            if tracing:
+                recorder.emit(ev.PlanExternal, plan_id, t.id)
+        else:
+            hasrec[k] = 1
+            if plain:
+                size[k] = t.nbytes
+    m = len(tensors)
 
     nch = [0] * m
     nv = [0] * m
@@ -368,56 +441,6 @@ def _free_extra_space(bufts: list[BufferType], dyn: list[DynAllocator], k: int, 
         d.free(chk[pk], off[pk] + tsize, psize - tsize)
         if tracing:
             recorder.emit(ev.PlanFree, plan_id, p.id, pb, chk[pk], off[pk] + tsize, psize - tsize)
-
-
-def _flatten(leafs: list[Tensor], nodes: list[Tensor]
-             ) -> tuple[dict[Tensor | None, int], list[Tensor | None], list[int], list[int], list[list[int]], int]:
-    """Number every tensor the planner touches: leafs, nodes, sources, view roots.
-
-    Returns the index (tensor -> k), the tensors by k, the k of each leaf and node
-    position, each node's source k per slot, and the sentinel k that stands for an empty
-    source slot (``tensors[sentinel]`` is None; the planner never allocates or frees it).
-    """
-    nl, nn = len(leafs), len(nodes)
-    index: dict[Tensor | None, int] = dict(zip(leafs, range(nl)))
-    index.update(zip(nodes, range(nl, nl + nn)))
-    if len(index) == nl + nn:
-        tensors: list[Tensor | None] = leafs + nodes
-        leaf_k = list(range(nl))
-        node_k = list(range(nl, nl + nn))
-    else:  # a tensor listed twice: number first appearances only
-        index = {}
-        for t in leafs:
-            index.setdefault(t, len(index))
-        for t in nodes:
-            index.setdefault(t, len(index))
-        tensors = list(index)
-        leaf_k = [index[t] for t in leafs]
-        node_k = [index[t] for t in nodes]
-    sentinel = len(tensors)
-    index[None] = sentinel
-    tensors.append(None)
-    getitem = index.__getitem__
-    try:
-        node_src = [[*map(getitem, t.src)] for t in nodes]
-    except KeyError:  # a source outside the graph (graph views, hand-made graphs)
-        node_src = []
-        for t in nodes:
-            row = []
-            for s in t.src:
-                k = index.get(s)
-                if k is None:
-                    k = index[s] = len(tensors)
-                    tensors.append(s)
-                row.append(k)
-            node_src.append(row)
-    for t in tensors:
-        if t is not None:
-            vs = t.view_src
-            if vs is not None and vs not in index:
-                index[vs] = len(tensors)
-                tensors.append(vs)
-    return index, tensors, leaf_k, node_k, node_src, sentinel
 
 
 def _label(t: Tensor) -> str:
