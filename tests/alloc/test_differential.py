@@ -8,8 +8,10 @@ flags; 1-3 buffer types with alignments 16-256 and small max sizes that force ch
 first and is allocated by the same allocator). See ``ggml_oracle.py``.
 
 The default run checks 2,000 seeded graphs (hypothesis, derandomized) in a fresh
-interpreter, so a ggml abort cannot end the session (``diff_main.py`` says more). Set ``VIZALLOC_DIFF_EXAMPLES=N`` to run N
-instead, e.g. ``VIZALLOC_DIFF_EXAMPLES=100000 python -m pytest tests/alloc/test_differential.py``.
+interpreter, so a ggml abort cannot end the session (``diff_main.py`` says more).
+Set ``VIZALLOC_DIFF_EXAMPLES=N`` to run N instead, e.g.
+``VIZALLOC_DIFF_EXAMPLES=100000 python -m pytest tests/alloc/test_differential.py``
+(about 3 ms per graph), or ``python -m tests.alloc.diff_main N`` directly.
 """
 
 from __future__ import annotations
