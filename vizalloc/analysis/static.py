@@ -1,6 +1,10 @@
 """The hazards seen at bindings (overlapping roots that are both live, dangling roots, plans
 reused for another graph) and the re-plan counts; see ``hazards.py`` for the kinds.
 
+The overlapping pairs come from ``rects.intersecting_pairs`` (a sweep over live time
+with the live roots kept in byte-axis structures): its cost follows the answer, not the
+number of roots sharing low offsets in a packed plan.
+
 A binding whose graph has the same structure and the same byte layout as one already
 found clean is not checked again (a decode loop binds the same plan thousands of times).
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from vizalloc.analysis import liveness
+from vizalloc.analysis import rects as rects_mod
 from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
 from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
 from vizalloc.trace import events as ev
@@ -48,15 +53,15 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
         # stale roots in a freed buffer still overlap each other there (golden: same instance)
         if p.nbytes > 0:
             by_buffer.setdefault(p.buffer_id, []).append((p.offset, p.end, root, p))
-    for buf_id, items in by_buffer.items():
+    for items in by_buffer.values():
+        # sorted by position; pairs come back in the order a sweep over bytes would meet them
         items.sort(key=lambda x: (x[0], x[1], x[2]))
-        active: list[tuple[int, int, int, Placement]] = []
-        for item in items:
-            start = item[0]
-            active = [a for a in active if a[1] > start]
-            for a in active:
-                _overlap(model, b, col, spans, a, item, seq)
-            active.append(item)
+        rects = []
+        for start, end, root, _ in items:
+            first, last = spans[root]
+            rects.append((start, end, first, first if last is None else last))
+        for i, j in rects_mod.intersecting_pairs(rects):
+            _overlap(model, b, col, spans, items[i], items[j], seq)
 
 
 def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int, liveness.Span],
