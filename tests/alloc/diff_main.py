@@ -43,6 +43,9 @@ def main(n_examples: int) -> int:
     check()
     distinct = len(set(seen))
     print(f"differential: {len(seen)} graphs run ({distinct} distinct seeds), {len(failures)} with differences")
+    print(f"  allocations compared: {STATS['allocations']} (second graphs sharing tensors: {STATS['second_graph']}, "
+          f"with several chunks: {STATS['chunked']}, refused by both: {STATS['refused_alike']}), "
+          f"reserve_n_size compared: {STATS['reserve_n_size']}")
     print(f"  second allocations stopped where ggml would abort on an unchecked leaf record "
           f"(vizalloc raises AllocationError): {STATS['leaf_overflow']}")
     for seed, diffs in failures[:20]:

@@ -15,6 +15,7 @@ aborts the whole process.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +50,10 @@ _CPU = _Buft.from_address(ggml.lib.ggml_backend_cpu_buffer_type())
 _CPU_ALLOC = _AllocFn(_CPU.iface.alloc_buffer)
 SIZE_MAX = 2**64 - 1
 _KEEP: list = []
+_ALLOC_SEQ = itertools.count()
 #: outcomes that are not differences: graphs whose second allocation hit ggml's unchecked leaf
-STATS = {"leaf_overflow": 0, "graphs": 0}
+STATS = {"leaf_overflow": 0, "graphs": 0, "allocations": 0, "refused_alike": 0, "reserve_n_size": 0,
+         "chunked": 0, "second_graph": 0}
 
 
 class GgmlBuft:
@@ -60,6 +63,7 @@ class GgmlBuft:
         self.alignment = alignment
         self.max_size = max_size
         self.log: list[tuple[int, int]] = []  # (buffer pointer, size) in allocation order
+        self.seq: list[int] = []  # a global allocation number per log entry
         self.struct = _Buft()
         ctypes.pointer(self.struct)[0] = _CPU
         self._fa = _SizeFn(lambda _b: alignment)
@@ -68,6 +72,7 @@ class GgmlBuft:
         def alloc(bp: int, size: int) -> int:
             r = _CPU_ALLOC(bp, size)
             self.log.append((r, size))
+            self.seq.append(next(_ALLOC_SEQ))
             return r
 
         self._fal = _AllocFn(alloc)
@@ -374,10 +379,14 @@ def _attribute(built: Built, prev: dict[int, Any]) -> dict[int, Any]:
     A pointer kept from an earlier step keeps its attribution (ggml may hand a freed
     buffer's address to a new buffer); a view follows its root.
     """
-    gnum: dict[int, tuple[int, int]] = {}
+    # a freed buffer's struct address can come back for a later buffer (of any type):
+    # a pointer maps to its latest allocation
+    latest: dict[int, tuple[int, int, int]] = {}
     for bi, gb in enumerate(built.gbufts):
-        for n, (ptr, _size) in enumerate(gb.log):
-            gnum[ptr] = (bi, n)  # a reused pointer maps to its latest allocation
+        for n, ((ptr, _size), seq) in enumerate(zip(gb.log, gb.seq)):
+            if ptr not in latest or latest[ptr][0] < seq:
+                latest[ptr] = (seq, bi, n)
+    gnum = {ptr: (bi, n) for ptr, (_seq, bi, n) in latest.items()}
     out: dict[int, Any] = {}
     views = []
     for t in built.g_tensors:
@@ -446,11 +455,20 @@ def run_differential(seed: int) -> list[str]:
         try:
             for step, (gf, g) in enumerate(_graphs(b, prog, gf1, g1)):
                 n_slots = len(prog.slots)
-                if n_slots > 1:
+                # with several ids: reserve_n first (and sometimes ask reserve_n_size before),
+                # except now and then on the second graph, where alloc_graph must refuse alike
+                if n_slots > 1 and (step == 0 or b.rng.random() < 0.8):
                     nids = [b.rng.randrange(n_slots) for _ in g.nodes]
                     lids = [b.rng.randrange(n_slots) for _ in g.leafs]
                     na = (ctypes.c_int * max(1, len(nids)))(*nids)
                     la = (ctypes.c_int * max(1, len(lids)))(*lids)
+                    if b.rng.random() < 0.25:
+                        sizes = (ctypes.c_size_t * n_slots)()
+                        ggml.lib.ggml_gallocr_reserve_n_size(galloc_g, gf, na, la, sizes)
+                        sizes_v = galloc_v.reserve_n_size(g, nids, lids)
+                        STATS["reserve_n_size"] += 1
+                        if list(sizes) != sizes_v:
+                            diffs.append(f"step {step}: reserve_n_size ggml={list(sizes)} vizalloc={sizes_v}")
                     ok_g = ggml.ggml_gallocr_reserve_n(galloc_g, gf, na, la)
                     ok_v = galloc_v.reserve_n(g, nids, lids)
                     if bool(ok_g) != ok_v:
@@ -467,6 +485,10 @@ def run_differential(seed: int) -> list[str]:
                     STATS["leaf_overflow"] += 1
                     break
                 ok_g = bool(ggml.ggml_gallocr_alloc_graph(galloc_g, gf))
+                STATS["allocations"] += 1
+                STATS["second_graph"] += step == 1
+                STATS["refused_alike"] += not ok_g and not ok_v
+                STATS["chunked"] += any(len(vb or []) > 1 for vb in galloc_v.buffers)
                 if ok_g != ok_v:
                     diffs.append(f"step {step}: alloc_graph ok ggml={ok_g} vizalloc={ok_v}")
                 # vizalloc buffers numbered per buffer type in allocation order, like the ggml log
