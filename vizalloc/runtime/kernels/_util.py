@@ -69,6 +69,31 @@ def as_f32(x: Any) -> Any:
     return x if x.dtype == F32 else x.astype(F32)
 
 
+#: slot -> the flat f32 numpy scratch array kernels reuse between calls
+_SCRATCH: dict[int, np.ndarray] = {}
+
+
+def scratch_f32(xp: Any, shape: tuple[int, ...], slot: int = 0) -> Any:
+    """A contiguous f32 work array of ``shape``, reused between calls (ggml's ``wdata``).
+
+    Kernels write intermediates here instead of allocating fresh temporaries: a fresh
+    multi-megabyte array costs page faults on every call. ``slot`` tells apart the
+    arrays one kernel needs at the same time. The contents are garbage on entry. Only
+    numpy arrays are kept (cupy's memory pool already makes device temporaries cheap,
+    and a kept one would be tied to one device).
+    """
+    if xp is not np:
+        return xp.empty(shape, dtype=F32)
+    n = 1
+    for d in shape:
+        n *= d
+    buf = _SCRATCH.get(slot)
+    if buf is None or buf.size < n:
+        buf = np.empty(n, dtype=F32)
+        _SCRATCH[slot] = buf
+    return buf[:n].reshape(shape)
+
+
 def split_for_tiling(big: tuple[int, ...], small: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Shapes that turn ggml's modulo repetition into numpy broadcasting.
 

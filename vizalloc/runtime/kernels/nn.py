@@ -32,7 +32,7 @@ import numpy as np
 
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels._util import (
-    F16, F32, FLOAT_TYPES, all_float, arr, as_f32, blasable, only_f32, register, split_for_blocks,
+    F16, F32, FLOAT_TYPES, all_float, arr, as_f32, blasable, only_f32, register, scratch_f32, split_for_blocks,
     split_for_tiling, src_types, xp_of,
 )
 from vizalloc.runtime.tensor import Op, Tensor
@@ -313,21 +313,30 @@ def _scalars(t: Tensor) -> list[float]:
 
 @register(Op.OPT_STEP_ADAMW, lambda t: src_types(t, _F32, _F32, _F32, _F32, _F32))
 def _opt_step_adamw(t: Tensor) -> None:
+    # ggml's loop per element: m = m*beta1 + g*(1 - beta1); v = v*beta2 + g*g*(1 - beta2);
+    # mh = m*beta1h; vh = sqrtf(v*beta2h) + eps; w = w*keep - alpha*mh/vh (alpha*mh first).
+    # Intermediates go to two reused scratch arrays: no temporaries the size of w.
     xp = xp_of(t)
     w, g, m, v = (arr(s) for s in t.src[:4])  # type: ignore[arg-type]
     alpha, beta1, beta2, eps, wd, beta1h, beta2h = (np.float32(p) for p in _scalars(t.src[4]))  # type: ignore[arg-type]
     one = np.float32(1.0)
     keep = one - alpha * wd
+    tmp, mh = scratch_f32(xp, w.shape, 0), scratch_f32(xp, w.shape, 1)
     xp.multiply(m, beta1, out=m)
-    m += g * (one - beta1)
+    xp.multiply(g, one - beta1, out=tmp)
+    m += tmp
     xp.multiply(v, beta2, out=v)
-    v += g * g * (one - beta2)
-    mh = m * beta1h
-    vh = xp.sqrt(v * beta2h)
-    vh += eps
-    mh /= vh
+    xp.multiply(g, g, out=tmp)
+    tmp *= one - beta2
+    v += tmp
+    xp.multiply(m, beta1h, out=mh)
     mh *= alpha
-    xp.multiply(w, keep, out=w)
+    xp.multiply(v, beta2h, out=tmp)
+    xp.sqrt(tmp, out=tmp)
+    tmp += eps
+    mh /= tmp
+    if keep != one:  # w * 1.0f is w, bit for bit
+        xp.multiply(w, keep, out=w)
     w -= mh
 
 
