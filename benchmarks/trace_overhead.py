@@ -9,8 +9,8 @@ Figures, all from this one run:
    ``vizalloc.scenarios.shared_tensors`` (strategy ``none``, forward and backward graph
    per step through one scheduler), timing only the training loop (``around_loop``),
    traced into a file as ``vizalloc run`` does (``keep_events=False``), and with values
-   captured. Best of several alternating repeats, so other load on the machine counts
-   least.
+   captured. CPU time of the process (the machine is shared), one BLAS thread, best of
+   several alternating repeats, so other load on the machine counts least.
 2. **µs per event** on the recorder path: ``Tensor.set_name`` in a loop (one event each,
    source line found by walking the stack, written to a file), traced minus untraced,
    divided by the events; and the same for the demo loop (extra loop time / events).
@@ -22,11 +22,16 @@ Figures, all from this one run:
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import gc
 import os
-import sys
+
+# One BLAS thread: multi-threaded BLAS spins, and its CPU time would drown the figures in noise.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import gc  # noqa: E402
+import sys  # noqa: E402
 import tempfile
 import time
 from collections.abc import Callable, Iterator

@@ -109,7 +109,11 @@ class TraceSession:
                 self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed in stop()
             except OSError as exc:
                 raise UsageError(f"cannot write the trace file {self.path}: {exc.strerror or exc}") from exc
-            self._writer = TraceFileWriter(self._file, self.header, compress_level=self._compress_level)
+            try:
+                self._writer = TraceFileWriter(self._file, self.header, compress_level=self._compress_level)
+            except OSError as exc:
+                self._file.close()
+                raise UsageError(f"cannot write the trace file {self.path}: {exc.strerror or exc}") from exc
             self._timer = threading.Thread(target=self._tick, name="vizalloc-trace-flush", daemon=True)
             self._timer.start()
         if self._writer is not None:

@@ -162,7 +162,7 @@ def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
 _PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]
 
 
-def _unpack_planes(data: memoryview, n: int, mask: int) -> np.ndarray:
+def _unpack_planes(data: bytes | memoryview, n: int, mask: int) -> np.ndarray:
     """``_pack_ints``'s bytes as an (8, n) uint8 array of byte planes (the transpose is left
     for later, so it is done once for many chunks)."""
     planes = _PLANES[mask]
@@ -673,7 +673,8 @@ class ChunkDecoder:
                 item_list = items_all.tolist()
             cols = self._columns(k, plan, rows, item_start[sel], blob_start[sel], item_list, blob_all)
             out[order[sel]] = np.fromiter(map(plan.schema.new, *cols), dtype=object, count=len(sel))
-        return out.tolist()  # type: ignore[no-any-return]
+        result: list[ev.Event] = out.tolist()
+        return result
 
     def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
                  items: list[int] | None, blob: bytes) -> list[list[Any]]:

@@ -163,7 +163,7 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         return None
     if loc is _NOT_GIVEN:
         # _locate, inlined: this runs for every event
-        frame = _getframe(1)
+        frame: Any = _getframe(1)
         while frame is not None:
             code = frame.f_code
             try:
