@@ -11,10 +11,13 @@ of the traced run come from the recorded-placement run, which is checked against
 captured results (``reproduces_trace``). The private run is the correct computation;
 the first node where the two differ is where the memory plan corrupted the numbers.
 
-An input read before it is written but never captured (ggml's op-NONE parameter nodes are
-not snapshotted) takes the latest earlier snapshot of the same bytes; failing that, both
-runs get the same seeded synthetic values: whether the plan corrupts the compute is still
-shown, but the result is marked not ``conclusive`` about the recorded values.
+Every input the compute reads before writing it (leafs, op-NONE nodes such as ggml's
+parameters, sources from outside the graph) is captured at its start, so both runs start
+from the recorded values. Traces recorded before op-NONE nodes were captured lack some
+of them: such an input takes the latest earlier snapshot of the same bytes (real values,
+when nothing wrote there since); failing that, both runs get the same seeded synthetic
+values, which still shows whether the plan corrupts the compute but is never
+``conclusive`` (``synthetic_inputs`` names them).
 
     from vizalloc.analysis.model import build_model
     from vizalloc.replay.shadow import shadow_compute
@@ -83,6 +86,10 @@ class ShadowResult:
     reproduces_trace: bool
     tolerance: float
     notes: tuple[str, ...] = ()
+    #: inputs with no recorded value, given seeded synthetic values in both runs
+    synthetic_inputs: tuple[int, ...] = ()
+    #: whether results were captured at the end, so that reproduction was checked
+    results_checked: bool = True
 
     @property
     def diverged(self) -> bool:
@@ -90,13 +97,19 @@ class ShadowResult:
 
     @property
     def conclusive(self) -> bool:
-        """The recorded-placement replay reproduced the captured results, so its verdict holds."""
-        return self.reproduces_trace
+        """The replay started from recorded values only and its recorded-placement run
+        reproduced the captured results, so its verdict holds for the traced run."""
+        return self.reproduces_trace and self.results_checked and not self.synthetic_inputs
 
     def summary(self) -> str:
         lines = [f"shadow execution of compute #{self.compute_id} (graph #{self.graph_id}): "
                  f"{len(self.node_diffs)} nodes replayed"]
-        if not self.conclusive:
+        if self.synthetic_inputs:
+            lines.append("INCONCLUSIVE about the recorded values: some inputs were not captured (a trace recorded "
+                         "before parameters were captured); record the trace again with capture_values=True")
+        elif not self.results_checked:
+            lines.append("INCONCLUSIVE: no results were captured at the end of the compute")
+        elif not self.reproduces_trace:
             lines.append("INCONCLUSIVE about the recorded values: the replay with the recorded placements does "
                          "not reproduce the captured results")
         if self.first_diverging >= 0:
@@ -121,6 +134,7 @@ class ShadowResult:
             "output_diffs": [{"tensor_id": t, "name": n, "max_abs_diff": _json_float(d)}
                              for t, n, d in self.output_diffs],
             "reproduces_trace": self.reproduces_trace, "conclusive": self.conclusive, "tolerance": self.tolerance,
+            "synthetic_inputs": list(self.synthetic_inputs), "results_checked": self.results_checked,
             "notes": list(self.notes),
         }
 
@@ -244,10 +258,11 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
     written = [n.tensor_id for n in comp.nodes]
     produced = set(written)
     wanted = _closure(model, produced | set(begin) | set(end))
-    # inputs the compute reads before writing them but did not capture (ggml's op-NONE
-    # parameter nodes are not snapshotted): take the latest earlier snapshot of the same bytes
-    need = sorted({model.root(r) for n in comp.nodes for r in n.reads} - {model.root(t) for t in produced
-                  if model.tensors.get(t) is not None and not model.tensors[t].is_view} - set(begin))
+    # roots the compute reads before writing them: every one has a begin capture in traces
+    # recorded by this version (op-NONE nodes included); older traces may lack some
+    made = {model.root(t) for t in produced if model.tensors.get(t) is not None and not model.tensors[t].is_view}
+    need = sorted({model.root(r) for n in comp.nodes for r in n.reads
+                   if model.root(r) not in made and r not in begin and model.root(r) not in begin})
     missing = []
     for root in need:
         snap = _earlier_snapshot(model, root, comp.begin_seq)
@@ -302,7 +317,7 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
         notes.extend(aliased.notes)
     return ShadowResult(compute_id, comp.graph_id, first, first_tid, first_name,
                         first_diff if first >= 0 else max_diff, tuple(diffs), tuple(out_diffs), reproduces,
-                        tolerance, tuple(notes))
+                        tolerance, tuple(notes), tuple(missing), bool(end))
 
 
 def _alias(model: TraceModel, tensor_id: int, seq: int) -> tuple[int, int] | None:

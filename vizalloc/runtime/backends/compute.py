@@ -10,8 +10,8 @@ freed reads poisoned bytes, or raises ``DanglingPointerError`` in strict mode.
 While a trace records, the loop emits ``ComputeBegin``, one ``NodeCompute`` per
 computed node and ``ComputeEnd``; the user's source line is looked up once per
 compute. With ``capture_values`` it also snapshots the graph's inputs at the start
-(leafs and sources no node of the graph produces) and its results at the end (nodes
-flagged OUTPUT or read by no other node). A snapshot holds the tensor's elements in
+(leafs, op-NONE nodes such as parameters, and sources no node of the graph produces)
+and its results at the end (nodes flagged OUTPUT or read by no other node). A snapshot holds the tensor's elements in
 ggml order (``ne0`` fastest), packed, whatever its strides.
 
     >>> import numpy as np
@@ -38,7 +38,7 @@ from vizalloc.errors import BackendError, NoMemoryError
 from vizalloc.runtime.backends.base import NOOP_OPS, EvalCallback
 from vizalloc.runtime.buffer import is_strict
 from vizalloc.runtime.memory import tensor_array
-from vizalloc.runtime.tensor import Flag, Tensor
+from vizalloc.runtime.tensor import Flag, Op, Tensor
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
@@ -163,12 +163,21 @@ def _run_traced(backend: Backend, graph: Graph, callback: EvalCallback | None, f
 
 
 def _inputs(graph: Graph) -> list[Tensor]:
-    """Leafs, then sources no node of the graph produces (weights, inputs, stale tensors)."""
-    produced = {t.id for t in graph.nodes}
+    """Leafs, op-NONE nodes, then sources no node of the graph produces (weights, inputs,
+    stale tensors).
+
+    An op-NONE node (ggml puts parameters, ``Flag.PARAM``, among the nodes) computes
+    nothing: its bytes predate the compute exactly as a leaf's do, so it is an input too.
+    """
+    produced = {t.id for t in graph.nodes if t.op is not Op.NONE}
     seen: set[int] = set()
     out: list[Tensor] = []
     for t in graph.leafs:
         if t.id not in seen:
+            seen.add(t.id)
+            out.append(t)
+    for t in graph.nodes:
+        if t.op is Op.NONE and t.id not in seen:
             seen.add(t.id)
             out.append(t)
     for node in graph.nodes:
