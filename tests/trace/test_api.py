@@ -234,3 +234,26 @@ def test_source_lines_point_at_user_code_and_packaged_scenarios() -> None:
     files = {e.loc.file for e in sessions[0].trace.events if e.loc is not None}
     assert files and all(f.endswith(("shared_tensors.py", "test_api.py")) or "scenarios" in f for f in files), files
     assert any(f.endswith("shared_tensors.py") for f in files)
+
+
+def test_follow_reads_a_trace_while_it_is_written(tmp_path: Path) -> None:
+    from vizalloc.trace.api import follow
+
+    path = tmp_path / "live.vztrace"
+    session = vizalloc.trace(path, flush_interval_s=3600).start()
+    try:
+        with follow(path) as live:
+            assert live.poll() == []
+            vizalloc.mark("one")
+            assert live.poll() == []          # not flushed yet
+            session.flush()
+            assert [e.text for e in live.poll()] == ["one"]
+            vizalloc.mark("two")
+            vizalloc.mark("three")
+            session.flush()
+            assert [e.text for e in live.poll()] == ["two", "three"]
+            assert not live.complete
+            session.stop()
+            assert live.poll() == [] and live.complete and live.n_events == 3
+    finally:
+        session.stop()

@@ -32,7 +32,8 @@ from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWr
 from vizalloc.trace.schema import SCHEMA
 from vizalloc.trace.value import Trace, TraceHeader
 
-__all__ = ["Trace", "TraceHeader", "TraceSession", "load", "mark", "read_batches", "save", "trace"]
+__all__ = ["Trace", "TraceFollower", "TraceHeader", "TraceSession", "follow", "load", "mark", "read_batches", "save",
+           "trace"]
 
 PathLike = str | os.PathLike[str]
 
@@ -326,6 +327,55 @@ def read_batches(path: PathLike, max_events: int = BATCH_EVENTS) -> Iterator[lis
         reader = TraceFileReader(f, os.fspath(path))
         yield from reader.batches(max_events)
         reader.warn_if_incomplete()
+
+
+class TraceFollower:
+    """Follows a trace file while its program writes it (for live views).
+
+        with vizalloc.trace.api.follow("run.vztrace") as live:
+            while not live.complete:
+                for event in live.poll():
+                    ...
+                time.sleep(0.1)
+
+    ``poll()`` returns the events of every chunk completed since the last call (the writer
+    flushes at each graph compute and every 100 ms); ``complete`` turns True once the end
+    record was read.
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self._file = _open(path)
+        try:
+            self._reader = TraceFileReader(self._file, os.fspath(path))
+        except BaseException:
+            self._file.close()
+            raise
+        self.header = self._reader.header
+
+    def poll(self) -> list[ev.Event]:
+        return self._reader.poll()
+
+    @property
+    def complete(self) -> bool:
+        return self._reader.complete
+
+    @property
+    def n_events(self) -> int:
+        return self._reader.n_events
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TraceFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def follow(path: PathLike) -> TraceFollower:
+    """Follow a trace file that is being written (see ``TraceFollower``)."""
+    return TraceFollower(path)
 
 
 def read_header(path: PathLike) -> TraceHeader:

@@ -424,13 +424,23 @@ class Marker(Event):
     text: str
 
 
+# -- appended kinds (the trace format numbers kinds by their order in ``AnyEvent``) ---
+
+@dataclass(frozen=True, slots=True)
+class GraphCleared(Event):
+    """A graph lost every node and leaf (``ggml_graph_clear``, or ``ggml_graph_cpy`` into it,
+    before the copy's ``GraphExpanded``): later expansions start new lists."""
+
+    graph_id: int
+
+
 AnyEvent = Union[
     ContextCreated, ContextFreed, TensorCreated, TensorNamed, TensorFlagsSet, TensorSrcSet,
     BufferAllocated, BufferFreed, BufferCleared, TensorPlaced, TensorCleared,
     GraphCreated, GraphExpanded, Replan, PlanBegin, PlanAlloc, PlanInplace, PlanRefused,
     PlanFree, PlanExternal, PlanEnd, BindingBegin, BindingEnd, SchedReset, SchedSplit,
     SchedCopy, SchedAlloc, ComputeBegin, NodeCompute, ComputeEnd, TensorCopy, TensorSet,
-    TensorGet, ValueSnapshot, Marker,
+    TensorGet, ValueSnapshot, Marker, GraphCleared,
 ]
 
 #: Every event class by name, in a fixed order (the trace file numbers kinds by this order).

@@ -208,8 +208,13 @@ class TraceFileReader:
         self.truncated_at: int | None = None
 
     def chunks(self) -> Iterator[ChunkParts]:
-        """Decoded chunks in file order; stops at the end record or at a truncation."""
+        """Decoded chunks in file order; stops at the end record or at a truncation.
+
+        Calling it again resumes after the last complete frame (for a file still being written).
+        """
         f = self._file
+        if f.seekable():
+            f.seek(self.offset)
         while True:
             at = self.offset
             head = _read_exact(f, FRAME_HEADER_SIZE)
@@ -274,6 +279,11 @@ class TraceFileReader:
             raise TraceFormatError(
                 f"{self.name}: undecodable chunks at bytes {parts[0].offset}..{self.offset}: {exc}"
             ) from exc
+
+    def poll(self) -> list[ev.Event]:
+        """The events of the frames appended since the last call (a live trace); [] if none."""
+        parts = list(self.chunks())
+        return self._assemble(parts) if parts else []
 
     def warn_if_incomplete(self) -> None:
         """Warn (``TraceTruncatedWarning``) when reading stopped before the end record."""

@@ -56,6 +56,7 @@ _lock = threading.Lock()
 _recorders: tuple[Recorder, ...] = ()
 _sinks: tuple[Callable[[Event], None], ...] = ()
 _row_sinks: tuple[Callable[[type[Event], tuple[Any, ...]], None], ...] = ()  # non-empty: rows for everyone
+_row_sink: Callable[[type[Event], tuple[Any, ...]], None] | None = None      # the only one, if just one
 _capturing = False
 _seq = 0
 _perf_counter_ns = time.perf_counter_ns
@@ -79,10 +80,11 @@ def capturing_values() -> bool:
 
 
 def _set(recs: tuple[Recorder, ...]) -> None:
-    global _recorders, _sinks, _row_sinks, _capturing
+    global _recorders, _sinks, _row_sinks, _row_sink, _capturing
     _sinks = tuple(r.record for r in recs)
     rows = tuple(getattr(r, "record_row", None) for r in recs)
     _row_sinks = rows if rows and all(f is not None for f in rows) else ()  # type: ignore[assignment]
+    _row_sink = _row_sinks[0] if len(_row_sinks) == 1 else None
     _capturing = any(r.capture_values for r in recs)
     _recorders = recs
 
@@ -180,13 +182,15 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
             break
         else:
             loc = None
-    row_sinks = _row_sinks
-    if row_sinks and _arity.get(cls) == len(payload):
+    if _row_sinks and _arity.get(cls) == len(payload):
         with _lock:
             _seq = seq = _seq + 1
             row = (seq, _perf_counter_ns(), loc, *payload)
-            for row_sink in row_sinks:
-                row_sink(cls, row)
+            if _row_sink is not None:  # the usual case: one trace
+                _row_sink(cls, row)
+            else:
+                for row_sink in _row_sinks:
+                    row_sink(cls, row)
         return None
     new = _new.get(cls, cls)
     with _lock:
@@ -198,9 +202,9 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _recorders, _sinks, _row_sinks, _capturing
+    global _lock, _recorders, _sinks, _row_sinks, _row_sink, _capturing
     _lock = threading.Lock()  # another thread may have held it at fork time
-    _recorders, _sinks, _row_sinks, _capturing = (), (), (), False
+    _recorders, _sinks, _row_sinks, _row_sink, _capturing = (), (), (), None, False
 
 
 if hasattr(os, "register_at_fork"):
