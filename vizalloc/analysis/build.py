@@ -236,6 +236,15 @@ class Builder:
         g.nodes.extend(e.nodes)
         g.leafs.extend(e.leafs)
 
+    def _GraphCleared(self, e: ev.GraphCleared) -> None:
+        g = self.m.graphs.get(e.graph_id)
+        if g is None:
+            return
+        # new lists, not cleared ones: plans, bindings and computes keep snapshots of the old
+        g.nodes = []
+        g.leafs = []
+        g.cleared_seqs.append(e.seq)
+
     def _snapshot(self, graph_id: int) -> GraphSnapshot | None:
         g = self.m.graphs.get(graph_id)
         return g.snapshot() if g is not None else None

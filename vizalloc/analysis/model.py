@@ -206,8 +206,10 @@ class BufferInfo:
 
 @dataclass(slots=True)
 class GraphInfo:
-    """A graph object. ``nodes``/``leafs`` grow with ``GraphExpanded``; a graph recreated
-    with the same id (a clear) starts new lists, so earlier snapshots keep theirs."""
+    """A graph object. ``nodes``/``leafs`` grow with ``GraphExpanded``; a ``GraphCleared``
+    (``ggml_graph_clear``, or ``ggml_graph_cpy`` into it) or a graph recreated with the
+    same id starts new lists, so earlier snapshots keep theirs. ``cleared_seqs``: when it
+    was cleared."""
 
     graph_id: int
     size: int
@@ -217,6 +219,7 @@ class GraphInfo:
     created_loc: ev.Location | None
     nodes: list[int] = field(default_factory=list)
     leafs: list[int] = field(default_factory=list)
+    cleared_seqs: list[int] = field(default_factory=list)
 
     def snapshot(self) -> GraphSnapshot:
         return GraphSnapshot(self.graph_id, self.nodes, len(self.nodes), self.leafs, len(self.leafs))

@@ -145,9 +145,7 @@ class Graph:
         """``ggml_graph_cpy``: make ``dst`` a shallow copy of this graph."""
         if dst.size < len(self.nodes) or dst.size < len(self.leafs):
             raise GraphError(f"graph_cpy: destination of size {dst.size} cannot hold {len(self.nodes)} nodes")
-        dst.nodes.clear()
-        dst.leafs.clear()
-        dst._visited.clear()
+        dst.clear()
         dst._extend(self.nodes, self.leafs)
         dst.grads = dict(self.grads)
         dst.grad_accs = dict(self.grad_accs)
@@ -159,10 +157,12 @@ class Graph:
         return g
 
     def clear(self) -> None:
-        """``ggml_graph_clear``: forget every node and leaf."""
+        """``ggml_graph_clear``: forget every node and leaf (traced as ``GraphCleared``)."""
         self.nodes.clear()
         self.leafs.clear()
         self._visited.clear()
+        if recorder.active():
+            recorder.emit(ev.GraphCleared, self.id)
 
     def __repr__(self) -> str:
         return f"<Graph #{self.id} {len(self.nodes)} nodes {len(self.leafs)} leafs>"
