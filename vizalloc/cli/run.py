@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-values", action="store_true",
                         help="also record graph inputs and outputs at every compute (bigger traces; needed for replay)")
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
+    # --tui (added by the TUI engineer): browse the trace after the run
+    parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
     parser.add_argument("script", metavar="script.py", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
@@ -107,6 +109,10 @@ def execute(args: argparse.Namespace) -> int:
         found = _check(output, err)
         if code == 0 and found:
             code = 1
+    if getattr(args, "tui", False) and stats.n_events:  # --tui: browse the trace (TUI engineer)
+        from vizalloc.cli.tui import open_tui
+
+        open_tui(output)
     return code
 
 
@@ -122,10 +128,10 @@ def _check(path: str, out: Any) -> bool:
 
     hazards = find_hazards(build_model(load(path)))
     serious = [h for h in hazards if h.kind.value != "replan"]
-    for h in serious[:10]:
+    for h in serious[:5]:
         out.write(h.report() + "\n\n")
-    if len(serious) > 10:
-        out.write(f"... {len(serious) - 10} more; run: vizalloc check {path}\n")
+    if len(serious) > 5:
+        out.write(f"... {len(serious) - 5} more; run: vizalloc check {path}\n")
     kinds: dict[str, int] = {}
     for h in hazards:
         kinds[h.kind.value] = kinds.get(h.kind.value, 0) + 1
