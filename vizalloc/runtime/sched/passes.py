@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from vizalloc.runtime.sched.scheduler import Scheduler, Split
 
 
+#: ``Flag.INPUT`` as a plain int: ``flags & Flag.INPUT`` runs IntFlag's Python-level operator
+_INPUT = int(Flag.INPUT)
+#: the values of ``VIEW_OPS``: ``op._value_ in`` this hashes a str in C, while ``op in
+#: VIEW_OPS`` calls Enum's Python-level ``__hash__`` (these loops ask it for every node)
+_VIEW_OP_VALUES = frozenset(op._value_ for op in VIEW_OPS)
+
+
 def _label(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
 
@@ -62,7 +69,7 @@ def backend_id_from_cur(sched: Scheduler, t: Tensor) -> int:
             f"that runs {t.op.name}"
         )
     # graph inputs start on the CPU (last) backend
-    if t.flags & Flag.INPUT:
+    if t.flags & _INPUT:
         return sched.n_backends - 1
     # ops with weights run where the weights are (ROPE, FLASH_ATTN_EXT: the small freqs/sinks
     # tensor is no good guide)
@@ -107,11 +114,14 @@ def _expand(sched: Scheduler, nodes: list[Tensor], order: range, skip_cpu: bool)
     """One sweep of pass 2: spread the last seen assignment to unassigned nodes."""
     cpu = sched.n_backends - 1
     cur = -1
+    known = sched._backend_ids.get
     for i in order:
         node = nodes[i]
-        if node.op in VIEW_OPS:
+        if node.op._value_ in _VIEW_OP_VALUES:
             continue
-        bid = sched.tensor_backend_id(node)
+        bid = known(node.id)
+        if bid is None:
+            bid = sched.tensor_backend_id(node)
         if bid != -1:
             cur = -1 if (skip_cpu and bid == cpu) else bid
         elif cur != -1:
@@ -122,12 +132,20 @@ def assign_backends(sched: Scheduler, graph: Graph) -> None:
     """Passes 1-4 of ggml_backend_sched_split_graph."""
     nodes = graph.nodes
     n = len(nodes)
+    # a hit in the table is the answer; on a miss tensor_backend_id inserts -1 as ggml does
+    known = sched._backend_ids.get
+    lookup = sched.tensor_backend_id
+
+    def backend_id(t: Tensor) -> int:
+        bid = known(t.id)
+        return lookup(t) if bid is None else bid
+
     # pass 1: pre-allocated tensors, inputs, ops with weights; user assignments are kept
     for leaf in graph.leafs:
-        if sched.tensor_backend_id(leaf) == -1:
+        if backend_id(leaf) == -1:
             sched.set_backend_id(leaf, backend_id_from_cur(sched, leaf))
     for node in nodes:
-        if sched.tensor_backend_id(node) == -1:
+        if backend_id(node) == -1:
             sched.set_backend_id(node, backend_id_from_cur(sched, node))
 
     # pass 2: expand GPU assignments down and up (ignoring the CPU), then any assignment
@@ -139,9 +157,9 @@ def assign_backends(sched: Scheduler, graph: Graph) -> None:
     # pass 3: upgrade to a higher-priority backend with the same buffer type; give
     # unassigned nodes the backend that can use the most of their inputs
     for node in nodes:
-        if node.op in VIEW_OPS:
+        if node.op._value_ in _VIEW_OP_VALUES:
             continue
-        bid = sched.tensor_backend_id(node)
+        bid = backend_id(node)
         if bid == -1:
             best = -1
             for b in range(sched.n_backends):
@@ -167,23 +185,23 @@ def assign_backends(sched: Scheduler, graph: Graph) -> None:
     # pass 4: views follow their root, sources follow their consumer, leftovers take the
     # first backend that supports them
     for node in nodes:
-        cur = sched.tensor_backend_id(node)
+        cur = backend_id(node)
         if node.view_src is not None and cur == -1:
-            cur = sched.tensor_backend_id(node.view_src)
+            cur = backend_id(node.view_src)
             sched.set_backend_id(node, cur)
         for s in node.src:
             if s is None:
                 continue
-            if sched.tensor_backend_id(s) == -1:
+            if backend_id(s) == -1:
                 if s.view_src is not None:
-                    sched.set_backend_id(s, sched.tensor_backend_id(s.view_src))
+                    sched.set_backend_id(s, backend_id(s.view_src))
                 else:
                     sched.set_backend_id(s, cur)
         b = 0
-        while b < sched.n_backends and sched.tensor_backend_id(node) == -1:
+        while b < sched.n_backends and backend_id(node) == -1:
             _set_if_supported(sched, node, b)
             b += 1
-        if sched.tensor_backend_id(node) == -1:
+        if backend_id(node) == -1:
             raise SchedulerError(
                 f"no backend supports node {_label(node)} ({node.op.name}, {node.type.label}{list(node.ne)}); "
                 "the last (CPU) backend must support every op the graph uses"
@@ -215,11 +233,18 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
     assert ctx is not None
     caps = sched._split_input_capacity
     splits: list[Split] = []
+    known = sched._backend_ids.get
+    lookup = sched.tensor_backend_id
+
+    def backend_id(t: Tensor) -> int:
+        bid = known(t.id)
+        return lookup(t) if bid is None else bid
+
     i = 0
     first_bid = 0
     while i < len(nodes):
-        if nodes[i].op not in VIEW_OPS:
-            first_bid = sched.tensor_backend_id(nodes[i])
+        if nodes[i].op._value_ not in _VIEW_OP_VALUES:
+            first_bid = backend_id(nodes[i])
             break
         i += 1
     # a graph made only of view ops keeps ggml's uninitialised backend; 0 is as good as any
@@ -228,10 +253,10 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
     cur = split.backend_id
     while i < len(nodes):
         node = nodes[i]
-        if node.op in VIEW_OPS:
+        if node.op._value_ in _VIEW_OP_VALUES:
             i += 1
             continue
-        node_bid = sched.tensor_backend_id(node)
+        node_bid = backend_id(node)
         need_new_split = False
         if node_bid == cur and split.inputs:
             for s in node.src:
@@ -239,12 +264,12 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
                     continue
                 # a weight on an incompatible backend: a new split lets its copy's memory be reused
                 if s.buffer is not None and s.buffer.usage == Usage.WEIGHTS:
-                    if sched.tensor_backend_id(s) != cur and not buffer_supported(sched, s, cur):
+                    if backend_id(s) != cur and not buffer_supported(sched, s, cur):
                         need_new_split = True
                         break
                 # FIXME in ggml: only checked once the split's input array is full
                 if len(split.inputs) >= caps[len(splits) - 1]:
-                    if sched.tensor_backend_id(s) != cur and sched.get_copy(s, cur, 0) is None and \
+                    if backend_id(s) != cur and sched.get_copy(s, cur, 0) is None and \
                             not buffer_supported(sched, s, cur):
                         need_new_split = True
                         break
@@ -260,10 +285,10 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
         for j, s in enumerate(node.src):
             if s is None:
                 continue
-            src_bid = sched.tensor_backend_id(s)
+            src_bid = backend_id(s)
             if src_bid == -1:
                 raise SchedulerError(f"source {_label(s)} of node {_label(node)} has no backend (scheduler bug)")
-            if s.flags & Flag.INPUT and sched.n_copies > 1 and sched.get_copy(s, src_bid, 0) is None:
+            if s.flags & _INPUT and sched.n_copies > 1 and sched.get_copy(s, src_bid, 0) is None:
                 # pipeline parallelism: every graph input gets n_copies slots; the current
                 # one is the user's tensor itself, now flagged INPUT and OUTPUT
                 backend = sched.backends[src_bid]
