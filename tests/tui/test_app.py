@@ -257,3 +257,18 @@ def test_cli_refuses_missing_and_broken_files(tmp_path: Path, capsys: pytest.Cap
     assert main(["tui", str(bad)]) == 2
     assert "not a vizalloc trace" in capsys.readouterr().err
     assert main(["tui", str(tmp_path)]) == 2
+
+
+def test_demo_and_run_open_the_tui_with_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vizalloc.cli.tui as cli_tui
+    from vizalloc.cli import main
+
+    opened: list[str] = []
+    monkeypatch.setattr(cli_tui, "open_tui", lambda path, export_dir=None: opened.append(path) or 0)
+    assert main(["demo", "--strategies", "none", "--steps", "1", "--out-dir", str(tmp_path), "--json", "--tui"]) == 0
+    assert opened == [str(tmp_path / "demo-none.vztrace")]
+    script = tmp_path / "tiny.py"
+    script.write_text("from vizalloc.runtime.context import Context\nContext(name='tiny')\n")
+    out = tmp_path / "tiny.vztrace"
+    assert main(["run", "-o", str(out), "--tui", str(script)]) == 0
+    assert opened[-1] == str(out)

@@ -12,6 +12,7 @@ a progress bar, and the other panes fill in when they are ready.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,7 +22,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Static
 
 from vizalloc.errors import VizallocError
 from vizalloc.tui.data import Analysis, analyse, read_events
@@ -37,6 +38,9 @@ from vizalloc.tui.steps import Prescan, count_hazards
 
 #: ``writer(suffix, text) -> where it went``; supplied by the CLI (the only code that writes files).
 ExportWriter = Callable[[str, str], str]
+
+#: GIL switch interval while the worker loads (the default is 5 ms).
+LOAD_SWITCH_INTERVAL_S = 0.0005
 
 _PHASES = {"read": "reading", "model": "building the model", "hazards": "finding hazards",
            "tensors": "indexing tensors"}
@@ -111,6 +115,17 @@ class VizallocApp(App[None]):
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
         """Read, pre-scan and analyse the trace off the UI thread."""
+        # The UI thread needs the GIL for every turn of its event loop; with the default 5 ms
+        # switch interval a busy worker makes each key wait ~5 ms per turn (over a second per
+        # key on a 2M-event trace). Hand the GIL over more often while loading.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, LOAD_SWITCH_INTERVAL_S))
+        try:
+            self._load()
+        finally:
+            sys.setswitchinterval(interval)
+
+    def _load(self) -> None:
         try:
             src = self.source
             header = None
@@ -172,16 +187,13 @@ class VizallocApp(App[None]):
         bars = screen.query("#loadbar")
         if not bars:
             return
-        bar = bars.first()
+        bar = bars.first(Static)
         bar.set_class(self.loaded and not self.load_error, "-done")
-        text = screen.query_one("#loadtext", Static)
         if self.load_error:
-            text.update(Text("error: " + self.load_error, style="bold red"))
+            bar.update(Text("error: " + self.load_error, style="bold red"))
             return
-        n = len(self.scan.steps)
-        text.update(Text(f"{_PHASES.get(self.load_phase, self.load_phase)}… {self.scan.n_events:,} events, "
-                         f"{n:,} steps"))
-        screen.query_one("#loadprogress", ProgressBar).update(progress=round(self.load_fraction * 100))
+        bar.update(load_line(_PHASES.get(self.load_phase, self.load_phase), self.load_fraction,
+                             self.scan.n_events, len(self.scan.steps)))
 
     # -- navigation -------------------------------------------------------------------
     def action_pane(self, delta: int) -> None:
@@ -244,6 +256,16 @@ class VizallocApp(App[None]):
             return ""
         self.call_from_thread(self.notify, inert(f"wrote {where}", 300), title=f"exported {fmt}")
         return where
+
+
+def load_line(phase: str, fraction: float, n_events: int, n_steps: int, width: int = 30) -> Text:
+    """The loading indicator: phase, a bar, the percentage, and what was found so far."""
+    done = min(max(int(fraction * width), 0), width)
+    line = Text(f" {phase}\u2026 ", style="bold")
+    line.append("\u2588" * done, style="#5f87d7")
+    line.append("\u2591" * (width - done), style="#444444")
+    line.append(f" {fraction * 100:3.0f}%  {n_events:,} events, {n_steps:,} steps read")
+    return line
 
 
 def run_app(source: Any, *, label: str | None = None, export: ExportWriter | None = None,

@@ -118,5 +118,8 @@ def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress |
         rows = build_tensor_rows(model, progress=(lambda d, t: progress("tensors", d, t)) if progress else None)
     finally:
         if was_enabled:
+            # The events and the model are millions of long-lived objects: move them out of the
+            # collector's sight, or every full collection would stall the UI for up to a second.
+            gc.freeze()
             gc.enable()
     return Analysis(model, hazards, rows, header)

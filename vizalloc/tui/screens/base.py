@@ -15,10 +15,11 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Input, ProgressBar, Static
+
+from vizalloc.tui.widgets.keys_bar import KeysBar
+from textual.widgets import Input, Static
 
 if TYPE_CHECKING:
     from vizalloc.tui.app import VizallocApp
@@ -50,11 +51,8 @@ class PaneScreen(Screen[None]):
         yield Static(id="title")
         yield from self.compose_body()
         yield Static(id="info")
-        yield Input(placeholder="search (enter to apply, escape to close)", id="search")
-        with Horizontal(id="loadbar"):
-            yield Static(id="loadtext")
-            yield ProgressBar(total=100, show_eta=False, id="loadprogress")
-        yield Footer()
+        yield Static(id="loadbar")
+        yield KeysBar()
 
     def compose_body(self) -> Iterable[Widget]:
         return ()
@@ -99,13 +97,22 @@ class PaneScreen(Screen[None]):
 
     # -- search -----------------------------------------------------------------------
     def action_search(self) -> None:
-        box = self.query_one("#search", Input)
+        # the box is mounted on first use: one widget less to build per pane
+        boxes = self.query("#search")
+        if boxes:
+            box = boxes.first(Input)
+        else:
+            box = Input(placeholder="search (enter to apply, escape to close)", id="search")
+            self.mount(box, before=self.query_one("#loadbar"))
         box.value = self.filter_text
         box.add_class("-open")
         box.focus()
 
     def action_close_search(self) -> None:
-        box = self.query_one("#search", Input)
+        boxes = self.query("#search")
+        if not boxes:
+            return
+        box = boxes.first(Input)
         if box.has_class("-open"):
             box.remove_class("-open")
             self.focus_body()

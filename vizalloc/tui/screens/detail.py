@@ -12,8 +12,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
+from vizalloc.tui.widgets.keys_bar import KeysBar
 from vizalloc.tui.history import HistoryRow, history_rows
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import fmt_bytes, loc_text
@@ -65,7 +66,7 @@ class DetailScreen(Screen[None]):
         yield Static(id="title")
         yield Static(id="tensorhead")
         yield VirtualTable(id="history", classes="body")
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         a = self.vz.analysis

@@ -22,8 +22,8 @@ from vizalloc.tui.widgets.table import Column, VirtualTable
 
 class HazardsSource:
     columns: Sequence[Column] = (
-        Column("kind", 18), Column("seq", 8, True), Column("tensor", 0), Column("other", 0), Column("buf", 4, True),
-        Column("bytes", 16), Column("times", 5, True), Column("where", 16),
+        Column("kind", 15), Column("seq", 6, True), Column("tensor", 0), Column("other", 0), Column("buf", 4, True),
+        Column("bytes", 12), Column("times", 5, True), Column("where", 14),
     )
 
     def __init__(self, hazards: list[Hazard], index: list[int]) -> None:

@@ -1,0 +1,60 @@
+"""The footer: the active screen's shown bindings on one line, clickable.
+
+Textual's ``Footer`` builds one widget per key and restyles them all whenever the
+bindings change, which is most of the cost of switching panes (about 55 ms of 65 ms per
+switch, measured with ``benchmarks/tui.py``'s trace). This bar draws the same
+``Binding`` objects (only those with ``show=True``) as one ``Text``; a click on a key
+presses it.
+
+    yield KeysBar()
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import events
+from textual.screen import Screen
+from textual.widget import Widget
+
+
+class KeysBar(Widget):
+    """One line of ``key description`` pairs for the screen's active bindings."""
+
+    DEFAULT_CSS = """
+    KeysBar { height: 1; dock: bottom; background: $panel; }
+    """
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._spans: list[tuple[int, int, str]] = []  # (start, end, key) of each shown binding
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def _bindings_changed(self, screen: Screen[object]) -> None:
+        if self.is_attached and screen is self.screen:
+            self.refresh()
+
+    def render(self) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        self._spans = []
+        seen: set[str] = set()
+        for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
+            if not binding.show or binding.action in seen:
+                continue
+            seen.add(binding.action)
+            key = self.app.get_key_display(binding)
+            start = len(text)
+            text.append(f" {key} ", style="bold reverse" if enabled else "dim reverse")
+            text.append(f" {binding.description} ", style="" if enabled else "dim")
+            self._spans.append((start, len(text), binding.key.split(",")[0]))
+        return text
+
+    def on_click(self, event: events.Click) -> None:
+        for start, end, key in self._spans:
+            if start <= event.x < end:
+                self.app.simulate_key(key)
+                return
