@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the traces demo-<strategy>.vztrace go (default: the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite existing trace files")
     parser.add_argument("--no-trace", action="store_true", help="do not write traces")
+    # --tui (added by the TUI engineer): browse a trace after the run
+    parser.add_argument("--tui", action="store_true",
+                        help="open the first strategy's trace in `vizalloc tui` after the run")
 
 
 def _strategies(text: str) -> list[str]:
@@ -154,9 +157,20 @@ def execute(args: argparse.Namespace) -> int:
             out["strategies"][name] = d
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
-        return 0
+        return _open_tui(args, paths)
     _print_rich(args, results, paths, hazards, trace_note)
-    return 0
+    return _open_tui(args, paths)
+
+
+def _open_tui(args: argparse.Namespace, paths: dict[str, str]) -> int:
+    """--tui (TUI engineer): browse the first strategy's trace, then exit 0."""
+    if not getattr(args, "tui", False):
+        return 0
+    if not paths:
+        raise UsageError("--tui needs the traces; drop --no-trace")
+    from vizalloc.cli.tui import open_tui
+
+    return open_tui(next(iter(paths.values())))
 
 
 def _print_rich(args: argparse.Namespace, results: dict[str, Any], paths: dict[str, str],
