@@ -179,6 +179,20 @@ def dup_graph(ctx: Context, src: Graph) -> Graph:
     mapping: dict[int, Tensor] = {}
 
     def map_tensor(t: Tensor) -> Tensor:
+        got = mapping.get(t.id)
+        if got is not None:
+            return got
+        # in a graph's own order the dependencies are usually mapped already: copy at once
+        vs = t.view_src
+        ready = vs is None or vs.id in mapping
+        if ready:
+            for d in t.src:
+                if d is not None and d is not t and d.id not in mapping:
+                    ready = False
+                    break
+        if ready:
+            got = mapping[t.id] = _copy_tensor(ctx, t, mapping)
+            return got
         # dependencies first (view root, then sources), without deep recursion
         stack = [t]
         while stack:
@@ -196,12 +210,31 @@ def dup_graph(ctx: Context, src: Graph) -> Graph:
         return mapping[t.id]
 
     dst = Graph(src.size, True, _kind="deep_copy", _source=src)
+    visited = dst._visited
+
+    def expand(c: Tensor) -> None:
+        """``dst.build_forward_expand(c)``; when every source of ``c`` is in ``dst`` already
+        the walk would append ``c`` alone, so that is done directly (same event)."""
+        if c.id in visited:
+            return
+        for d in c.src:
+            if d is not None and d is not c and d.id not in visited:
+                dst.build_forward_expand(c)
+                return
+        c.check_alive()
+        visited.add(c.id)
+        n0 = len(dst.nodes)
+        dst._append(c)
+        if recorder.active():
+            as_node = len(dst.nodes) > n0
+            recorder.emit(ev.GraphExpanded, dst.id, (c.id,) if as_node else (), () if as_node else (c.id,))
+
     for leaf in src.leafs:
-        dst.build_forward_expand(map_tensor(leaf))
+        expand(map_tensor(leaf))
     if dst.n_leafs != src.n_leafs:
         raise GraphError(f"dup_graph: copy has {dst.n_leafs} leafs, source {src.n_leafs}")
     for node in src.nodes:
-        dst.build_forward_expand(map_tensor(node))
+        expand(map_tensor(node))
     if dst.n_nodes != src.n_nodes:
         raise GraphError(f"dup_graph: copy has {dst.n_nodes} nodes, source {src.n_nodes}")
     for s_node, d_node in zip(src.nodes, dst.nodes):
