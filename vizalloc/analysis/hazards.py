@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vizalloc.analysis.model import Placement, TraceModel
+from vizalloc.analysis.model import Placement, TraceModel, gc_paused
 from vizalloc.trace import events as ev
 
 #: at most this many step ids are kept per merged hazard (``occurrences`` stays exact)
@@ -246,9 +246,10 @@ def find_hazards(model: TraceModel, *, progress: Callable[[int, int], None] | No
     from vizalloc.analysis.static import check_bindings, check_replans
 
     col = Collector()
-    scan_accesses(model, col, progress=progress)
-    check_bindings(model, col)
-    check_replans(model, col)
+    with gc_paused():
+        scan_accesses(model, col, progress=progress)
+        check_bindings(model, col)
+        check_replans(model, col)
     hazards = col.hazards()
     hazards.sort(key=Hazard.sort_key)
     return hazards
