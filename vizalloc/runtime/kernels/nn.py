@@ -314,8 +314,11 @@ def _scalars(t: Tensor) -> list[float]:
 @register(Op.OPT_STEP_ADAMW, lambda t: src_types(t, _F32, _F32, _F32, _F32, _F32))
 def _opt_step_adamw(t: Tensor) -> None:
     # ggml's loop per element: m = m*beta1 + g*(1 - beta1); v = v*beta2 + g*g*(1 - beta2);
-    # mh = m*beta1h; vh = sqrtf(v*beta2h) + eps; w = w*keep - alpha*mh/vh (alpha*mh first).
-    # Intermediates go to two reused scratch arrays: no temporaries the size of w.
+    # mh = m*beta1h; vh = sqrtf(v*beta2h) + eps; w = w*keep - alpha*mh/vh (alpha*mh first),
+    # here with every operation rounded once. ggml-python's x86 build contracts the m, v and
+    # w updates to FMAs (emulating that reproduces it bit for bit), so ~1% of elements
+    # differ in the last bit with wd = 0 (~25% with wd > 0); f64 emulation would cost two
+    # weight-sized f64 passes per update. Intermediates go to two reused scratch arrays.
     xp = xp_of(t)
     w, g, m, v = (arr(s) for s in t.src[:4])  # type: ignore[arg-type]
     alpha, beta1, beta2, eps, wd, beta1h, beta2h = (np.float32(p) for p in _scalars(t.src[4]))  # type: ignore[arg-type]
