@@ -74,6 +74,10 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
     not_read = {t: (info.srcs[1] if info.op == "CPY" and len(info.srcs) > 1 else t)
                 for t, info in model.tensors.items() if info.op == "CPY"}
+    # tensor -> (buffer, start, end, alias key, last-writer map, placement) of its current
+    # placement: the hot loop reads one tuple instead of attributes and a map lookup
+    fast: dict[int, tuple[int, int, int, int, ByteMap, Placement]] = {}
+    fast_get = fast.get
     for i, e in enumerate(model.events):
         cls = type(e)
         if cls is NodeCompute:
@@ -83,42 +87,33 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             for r in e.reads:  # type: ignore[attr-defined]
                 if r == t or r == skip:
                     continue
-                p = cur.get(r)
-                if p is None:
+                c = fast_get(r)
+                if c is None:
                     continue
-                b = p.buffer_id
+                b, a, end, k, bm, p = c
                 if b in freed:
                     _dangling(st, col, r, p, e, "read", compute_id)
-                k = p.alias
-                bm = maps.get(b)
-                if bm is not None:
-                    # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
-                    a = p.offset
-                    ends = bm.ends
-                    lo = bisect_right(ends, a)
-                    if lo < len(ends) and bm.starts[lo] <= a and ends[lo] >= a + p.nbytes:
-                        w = bm.recs[lo][0]
-                        if w == k or w == CLEAR_KEY:
-                            continue
+                # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
+                ends = bm.ends
+                lo = bisect_right(ends, a)
+                if lo < len(ends) and bm.starts[lo] <= a and ends[lo] >= end:
+                    w = bm.recs[lo][0]
+                    if w == k or w == CLEAR_KEY:
+                        continue
                 _check_read(st, col, r, p, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
-            p = cur.get(t)
-            if p is None:
+            c = fast_get(t)
+            if c is None:
                 continue
-            b = p.buffer_id
+            b, a, end, k, bm, p = c
             if b in freed:
                 _dangling(st, col, t, p, e, "write", compute_id)
-            k = p.alias
-            bm = maps.get(b)
-            if bm is None:
-                bm = maps[b] = ByteMap()
-            a = p.offset
             # the common write: exactly over an interval already there (the same tensor again)
             ends = bm.ends
             lo = bisect_right(ends, a)
-            if lo < len(ends) and bm.starts[lo] == a and ends[lo] == a + p.nbytes:
+            if lo < len(ends) and bm.starts[lo] == a and ends[lo] == end:
                 bm.recs[lo] = (k, t, seq)
             else:
-                bm.write(a, a + p.nbytes, (k, t, seq))
+                bm.write(a, end, (k, t, seq))
             last_write[k] = seq
         elif cls not in relevant:
             continue
@@ -127,10 +122,16 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             next_placement += 1
             t = p.tensor_id
             cur[t] = p
+            b = p.buffer_id
+            bm = maps.get(b)
+            if bm is None:
+                bm = maps[b] = ByteMap()
+            fast[t] = (b, p.offset, p.offset + p.nbytes, p.alias, bm, p)
             if p.alias == t:
                 placed_seq[t] = p.seq
         elif cls is TensorCleared:
             cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
+            fast.pop(e.tensor_id, None)  # type: ignore[attr-defined]
         elif cls is ComputeBegin:
             compute_id = e.compute_id  # type: ignore[attr-defined]
             if progress is not None:
