@@ -198,6 +198,7 @@ def _deltas(col: list[int], prev: int) -> list[int]:
 
 _ROW_ENCODER_CODE: dict[type[ev.Event], Any] = {}
 _INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
+_NUMPY_DELTAS_FROM = 256
 
 
 class ChunkEncoder:
@@ -218,6 +219,7 @@ class ChunkEncoder:
         self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
         self._row_encoders = {cls: self._row_encoder(plan) for cls, plan in _PLANS.items()}
+        self._numpy_deltas: list[tuple[int, int, int, tuple[int, int]]] = []
 
     def _row_encoder(self, plan: _Plan) -> Any:
         """A generated ``enc(row, rows, items, blob)`` that appends one event's row, for the
@@ -320,6 +322,7 @@ class ChunkEncoder:
             groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
             for cls, item in zip(classes, items):
                 groups[cls].append(item)
+            self._numpy_deltas = []
             for cls in sorted(groups, key=index.__getitem__):
                 group = groups[cls]
                 if not rows_only:
@@ -338,6 +341,12 @@ class ChunkEncoder:
             except (TypeError, OverflowError) as exc:
                 raise EncodeError(f"{self._culprit(groups)}: not an integer or outside the signed 64-bit "
                                   f"range ({exc})") from exc
+            if self._numpy_deltas:
+                rows_np = np.frombuffer(rows_arr, dtype=np.int64)
+                for offset, w, n, carry in self._numpy_deltas:
+                    block = rows_np[offset:offset + w * n].reshape(n, w)
+                    for j in (0, 1):  # int64 differences wrap, as the reader's cumsum does
+                        block[:, j] = np.diff(block[:, j], prepend=np.int64(carry[j]))
         loc_ints, lens, text = self._pack_tables()  # only now: nothing can fail after this
         arr = _array(_INT64, loc_ints)
         arr.extend(rows_arr)
@@ -438,10 +447,12 @@ class ChunkEncoder:
         # seq and t_ns as differences from the previous event of this kind in the file
         cls = plan.schema.cls
         carry = self._carry.get(cls, (0, 0))
-        seqs, times = flat[0::w], flat[1::w]
-        self._carry[cls] = (seqs[-1], times[-1])
-        flat[0::w] = _deltas(seqs, carry[0])
-        flat[1::w] = _deltas(times, carry[1])
+        self._carry[cls] = (flat[-w], flat[1 - w])
+        if len(rows) >= _NUMPY_DELTAS_FROM:  # big groups: differences in numpy, once the ints are an array
+            self._numpy_deltas.append((len(rows_ints), w, len(rows), carry))
+        else:
+            flat[0::w] = _deltas(flat[0::w], carry[0])
+            flat[1::w] = _deltas(flat[1::w], carry[1])
         # replace the non-integer slots in place, column by column (strided slices run in C)
         flat[2::w] = self._loc_list(flat[2::w])
         var_cols: list[Sequence[Any]] = []
