@@ -90,9 +90,9 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 c = fast_get(r)
                 if c is None:
                     continue
-                b, a, end, k, bm, p = c
+                b, a, end, k, bm, pl = c
                 if b in freed:
-                    _dangling(st, col, r, p, e, "read", compute_id)
+                    _dangling(st, col, r, pl, e, "read", compute_id)
                 # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
                 ends = bm.ends
                 lo = bisect_right(ends, a)
@@ -100,13 +100,13 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                     w = bm.recs[lo][0]
                     if w == k or w == CLEAR_KEY:
                         continue
-                _check_read(st, col, r, p, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
+                _check_read(st, col, r, pl, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
             c = fast_get(t)
             if c is None:
                 continue
-            b, a, end, k, bm, p = c
+            b, a, end, k, bm, pl = c
             if b in freed:
-                _dangling(st, col, t, p, e, "write", compute_id)
+                _dangling(st, col, t, pl, e, "write", compute_id)
             # the common write: exactly over an interval already there (the same tensor again)
             ends = bm.ends
             lo = bisect_right(ends, a)
@@ -118,17 +118,17 @@ def scan_accesses(model: TraceModel, col: Collector, *,
         elif cls not in relevant:
             continue
         elif cls is TensorPlaced:
-            p = placements[next_placement]
+            pl = placements[next_placement]
             next_placement += 1
-            t = p.tensor_id
-            cur[t] = p
-            b = p.buffer_id
-            bm = maps.get(b)
-            if bm is None:
-                bm = maps[b] = ByteMap()
-            fast[t] = (b, p.offset, p.offset + p.nbytes, p.alias, bm, p)
-            if p.alias == t:
-                placed_seq[t] = p.seq
+            t = pl.tensor_id
+            cur[t] = pl
+            b = pl.buffer_id
+            pm = maps.get(b)
+            if pm is None:
+                pm = maps[b] = ByteMap()
+            fast[t] = (b, pl.offset, pl.offset + pl.nbytes, pl.alias, pm, pl)
+            if pl.alias == t:
+                placed_seq[t] = pl.seq
         elif cls is TensorCleared:
             cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
             fast.pop(e.tensor_id, None)  # type: ignore[attr-defined]
@@ -159,10 +159,10 @@ def scan_accesses(model: TraceModel, col: Collector, *,
         elif cls is BufferCleared:
             buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
             if buf is not None:
-                bm = maps.get(buf.buffer_id)
-                if bm is None:
-                    bm = maps[buf.buffer_id] = ByteMap()
-                bm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq))
+                cm = maps.get(buf.buffer_id)
+                if cm is None:
+                    cm = maps[buf.buffer_id] = ByteMap()
+                cm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq))
         elif cls is BufferFreed:
             freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
     if progress is not None:
