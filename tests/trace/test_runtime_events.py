@@ -173,3 +173,28 @@ def test_the_demo_scenario_round_trips_through_its_file(tmp_path: Path) -> None:
     assert vizalloc.load(path) == trace
     # ComputeEnd forces a flush: the file has at least one chunk per graph compute
     assert len(_only(trace.events, ev.ComputeEnd)) >= 4
+
+
+def test_graph_clear_and_allocator_reserve_are_reported() -> None:
+    alloc = pytest.importorskip("vizalloc.runtime.alloc")
+    ctx = Context()
+    a = ctx.new_tensor_1d(F32, 32, name="a")
+    set_input(a)
+    r = ops.relu(ctx, a)
+    set_output(r)
+    g = Graph()
+    g.build_forward_expand(r)
+    with vizalloc.trace() as t:
+        galloc = alloc.GraphAllocator(CPU)
+        assert galloc.reserve(g)
+        assert galloc.alloc_graph(g)
+        g2 = g.dup()
+        g2.clear()
+    evs = t.trace.events
+    replans = _only(evs, ev.Replan)
+    assert replans and all(isinstance(e.cause, ev.ReplanCause) for e in replans)
+    begins = _only(evs, ev.PlanBegin)
+    assert begins and begins[0].graph_id == g.id and begins[0].n_nodes == 1
+    assert [e.graph_id for e in _only(evs, ev.GraphCleared)] == [g2.id]
+    binding = _only(evs, ev.BindingBegin)[0]
+    assert binding.graph_id == g.id and binding.plan_id == begins[-1].plan_id
