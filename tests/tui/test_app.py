@@ -170,6 +170,9 @@ async def test_detail_and_help_screens(trace: Trace) -> None:
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
+        help_text = " ".join(what for _, what in app.screen.rows)
+        for what in ("Next binding", "Zoom in", "Next pane", "Search", "Quit", "Export"):
+            assert what in help_text, what
         await pilot.press("escape")
         assert isinstance(app.screen, MapScreen)
 

@@ -142,3 +142,8 @@ def test_history_rows(trace: Trace) -> None:
     assert kinds[0] == "created" and "placed" in kinds and "read" in kinds and "set" in kinds
     placed = next(r for r in rows if r.kind == "placed")
     assert "buffer #1 [0, 128) by gallocr in binding #0" in placed.what and placed.where == "train.py:31 in step"
+    stale = next(r for r in rows if r.kind == "stale")
+    assert stale.seq == 45 and "went stale: reset" in stale.what
+    external = [r for r in rows if r.kind == "external"]
+    assert len(external) == 1 and "plan #1" in external[0].what and "while its placement was stale" in external[0].what
+    assert [r.seq for r in rows] == sorted(r.seq for r in rows)

@@ -21,7 +21,7 @@ from vizalloc.analysis.model import TraceModel, build_model
 from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
-from vizalloc.tui.tensors import TensorRows, build_tensor_rows
+from vizalloc.tui.tensors import TensorOrder, TensorRows, build_tensor_rows
 
 #: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
 Progress = Callable[[str, int, int], None]
@@ -37,11 +37,13 @@ class Analysis:
     hazards: list[Hazard]
     tensors: TensorRows
     header: Any = None
+    tensor_order: TensorOrder = field(init=False)
     _maps: OrderedDict[int, BindingMap] = field(default_factory=OrderedDict)
     _binding_seqs: list[tuple[int, int]] = field(default_factory=list)
     _inplace: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.tensor_order = TensorOrder(self.tensors)
         self._binding_seqs = sorted((b.begin_seq, b.binding_id) for b in self.model.bindings.values())
 
     def binding_map(self, binding_id: int) -> BindingMap:
@@ -71,6 +73,14 @@ class Analysis:
             return self.binding_before(self.model.computes[h.compute_id].begin_seq)
         return self.binding_before(h.seq)
 
+    def inplace_upto(self, plan_id: int) -> dict[int, int]:
+        """``tensor -> parent`` for the in-place decisions of every plan up to ``plan_id``: a
+        tensor keeps the bytes it took over in place until something places it again."""
+        got: dict[int, int] = {}
+        for pid in sorted(p for p in self.model.plans if p <= plan_id):
+            got.update(self.inplace(pid))
+        return got
+
     def inplace(self, plan_id: int) -> dict[int, int]:
         """``tensor -> parent`` for the in-place decisions of a plan."""
         got = self._inplace.get(plan_id)
@@ -88,12 +98,16 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
     ``on_batch(bytes_read, file_bytes)`` is called after each batch, so the timeline can
     be shown while the rest of the file is read.
     """
-    from vizalloc.trace.api import _open
+    from vizalloc.errors import UsageError
     from vizalloc.trace.fileformat import TraceFileReader
 
-    total = os.path.getsize(path)
+    try:
+        total = os.path.getsize(path)
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with block below
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
     events: list[ev.Event] = []
-    with _open(path) as f:
+    with f:
         reader = TraceFileReader(f, os.fspath(path))
         for batch in reader.batches(batch_events):
             events.extend(batch)
@@ -116,10 +130,12 @@ def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress |
         if progress:
             progress("tensors", 0, max(len(model.tensors), 1))
         rows = build_tensor_rows(model, progress=(lambda d, t: progress("tensors", d, t)) if progress else None)
+        analysis = Analysis(model, hazards, rows, header)
+        analysis.tensor_order.warm()
     finally:
         if was_enabled:
             # The events and the model are millions of long-lived objects: move them out of the
             # collector's sight, or every full collection would stall the UI for up to a second.
             gc.freeze()
             gc.enable()
-    return Analysis(model, hazards, rows, header)
+    return analysis

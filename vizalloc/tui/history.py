@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vizalloc.analysis.model import HistoryKind, TraceModel
+from vizalloc.analysis.model import NEVER, HistoryKind, TraceModel
 from vizalloc.trace import events as ev
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text
@@ -63,6 +63,24 @@ def _what(model: TraceModel, e: ev.Event, kind: HistoryKind, tensor_id: int) -> 
 
 
 def history_rows(model: TraceModel, tensor_id: int) -> list[HistoryRow]:
-    """Every entry of the tensor's history with its source line."""
-    return [HistoryRow(h.seq, h.kind.value, _what(model, h.event, h.kind, tensor_id), loc_text(h.loc))
+    """Every entry of the tensor's history with its source line, plus the two moments that
+    explain stale tensors: when a placement went stale, and every plan that skipped the
+    tensor as external (planning other tensors over its bytes)."""
+    rows = [HistoryRow(h.seq, h.kind.value, _what(model, h.event, h.kind, tensor_id), loc_text(h.loc))
             for h in model.history(tensor_id)]
+    info = model.tensors[tensor_id]
+    for idx in info.placements:
+        p = model.placements[idx]
+        if p.stale_seq != NEVER and p.stale_seq < p.end_seq:
+            rows.append(HistoryRow(p.stale_seq, "stale", f"its placement [{p.offset}, {p.end}) in buffer "
+                                   f"#{p.buffer_id} from binding #{p.binding_id} went stale: "
+                                   f"{p.stale_reason or 'stale'}", "-"))
+    for plan in model.plans.values():
+        for d in plan.decisions:
+            if type(d) is ev.PlanExternal and d.tensor_id == tensor_id:
+                p = model.placement_at(tensor_id, d.seq)
+                why = " while its placement was stale" if p is not None and p.stale_seq <= d.seq else ""
+                rows.append(HistoryRow(d.seq, "external", f"skipped as external by plan #{plan.plan_id} "
+                                       f"(galloc #{plan.galloc_id}, graph #{plan.graph_id}){why}", loc_text(d.loc)))
+    rows.sort(key=lambda r: r.seq)
+    return rows

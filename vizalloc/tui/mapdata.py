@@ -66,16 +66,14 @@ class Panel:
     overlaps: list[tuple[int, int]] = field(default_factory=list)  # indices into blocks
     _offsets: list[int] = field(default_factory=list)
     _max_nbytes: int = 0
+    top: int = 0
+    """The highest byte drawn (the buffer, or the highest block if it is larger)."""
 
     def __post_init__(self) -> None:
         self.blocks.sort(key=lambda b: (b.offset, b.first, b.tensor_id))
         self._offsets = [b.offset for b in self.blocks]
         self._max_nbytes = max((b.nbytes for b in self.blocks), default=0)
-
-    @property
-    def top(self) -> int:
-        """The highest byte drawn (the buffer, or the highest block if it is larger)."""
-        return max(self.nbytes, max((b.end for b in self.blocks), default=0))
+        self.top = max(self.nbytes, max((b.end for b in self.blocks), default=0))
 
     def blocks_in(self, lo: int, hi: int) -> list[Block]:
         """Blocks whose bytes intersect ``[lo, hi)``, by offset."""

@@ -24,7 +24,7 @@ from vizalloc.tui.widgets.table import Column, VirtualTable
 if TYPE_CHECKING:
     from vizalloc.tui.app import VizallocApp
 
-_KIND_STYLE = {"placed": "#87afd7", "cleared": "#d7af5f", "freed": "bold #ff8787", "written": "#87d787",
+_KIND_STYLE = {"stale": "bold #ff8787", "external": "#d7af5f", "placed": "#87afd7", "cleared": "#d7af5f", "freed": "bold #ff8787", "written": "#87d787",
                "read": "", "created": "bold"}
 
 

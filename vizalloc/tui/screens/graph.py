@@ -96,7 +96,7 @@ class GraphScreen(PaneScreen):
         snap = b.graph if b.graph is not None else a.model.graphs[b.graph_id].snapshot()
         tensors = a.model.tensors
         needle = self.filter_text.lower()
-        rows = graph_rows(nodes=snap.nodes, leafs=snap.leafs, info=tensors.get, inplace=a.inplace(b.plan_id),
+        rows = graph_rows(nodes=snap.nodes, leafs=snap.leafs, info=tensors.get, inplace=a.inplace_upto(b.plan_id),
                           expanded=self.expanded, fold=None if needle else LAYER_PATTERN)
         if needle:
             rows = [r for r in rows if needle in r.name.lower()]

@@ -37,6 +37,8 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, below: Screen[Any]) -> None:
         super().__init__()
         self.below = below
+        #: (key, what it does) as shown
+        self.rows: list[tuple[str, str]] = []
 
     def compose(self) -> ComposeResult:
         table = Table(title="vizalloc keys", show_header=True, header_style="bold", expand=True)
@@ -47,11 +49,14 @@ class HelpScreen(ModalScreen[None]):
         sources.extend(w for w in self.below.query("*") if getattr(w, "BINDINGS", None))
         sources.append(self.app)
         for source in sources:
-            for b in getattr(source, "BINDINGS", []):
+            # BINDINGS of the class and of its bases (a pane inherits the shared keys)
+            inherited = [b for cls in type(source).__mro__ for b in cls.__dict__.get("BINDINGS", [])]
+            for b in inherited:
                 if not isinstance(b, Binding) or b.key in seen:
                     continue
                 seen.add(b.key)
-                table.add_row(Text(_key(b)), Text(b.description or b.action))
+                self.rows.append((_key(b), b.description or b.action))
+                table.add_row(Text(self.rows[-1][0]), Text(self.rows[-1][1]))
         for key, what in _NAV:
             table.add_row(Text(key, style="dim"), Text(what, style="dim"))
         with VerticalScroll(id="help-box"):

@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from vizalloc.tui.inert import inert
 from vizalloc.tui.screens.base import PaneScreen
-from vizalloc.tui.tensors import TensorRows, TensorState
+from vizalloc.tui.tensors import TensorOrder, TensorRows, TensorState
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 _STATE_STYLE = {TensorState.STALE: "bold #ff8787", TensorState.VIEW: "#87afd7", TensorState.INPLACE: "#d7af5f",
@@ -57,55 +57,6 @@ class TensorsSource:
 
     def style(self, i: int) -> str:
         return _STATE_STYLE[self.rows.states[int(self.order[i])]]
-
-
-class TensorOrder:
-    """Sort permutations (cached per column) and filters over :class:`TensorRows`."""
-
-    def __init__(self, rows: TensorRows) -> None:
-        self.rows = rows
-        self._perms: dict[str, np.ndarray] = {}
-        self._lower: list[str] | None = None
-        self._state_codes: np.ndarray | None = None
-
-    def perm(self, key: str) -> np.ndarray:
-        p = self._perms.get(key)
-        if p is None:
-            r = self.rows
-            if key == "id":
-                p = np.arange(len(r))
-            elif key == "state":
-                p = np.argsort(self.state_codes(), kind="stable")
-            elif key in ("name", "op"):
-                col = r.names if key == "name" else r.ops
-                p = np.array(sorted(range(len(r)), key=col.__getitem__), dtype=np.int64)
-            else:
-                p = np.argsort(np.asarray(r.column(key), dtype=np.int64), kind="stable")
-            self._perms[key] = p
-        return p
-
-    def state_codes(self) -> np.ndarray:
-        if self._state_codes is None:
-            code = {s: i for i, s in enumerate(TensorState)}
-            self._state_codes = np.fromiter((code[s] for s in self.rows.states), dtype=np.int8,
-                                            count=len(self.rows))
-        return self._state_codes
-
-    def order(self, key: str, reverse: bool, needle: str, state: TensorState | None) -> np.ndarray:
-        p = self.perm(key)
-        if reverse:
-            p = p[::-1]
-        if not needle and state is None:
-            return p
-        mask = np.ones(len(self.rows), dtype=bool)
-        if state is not None:
-            mask &= self.state_codes() == list(TensorState).index(state)
-        if needle:
-            if self._lower is None:
-                self._lower = [n.lower() for n in self.rows.names]
-            n = needle.lower()
-            mask &= np.fromiter((n in s for s in self._lower), dtype=bool, count=len(self.rows))
-        return p[mask[p]]
 
 
 class TensorsScreen(PaneScreen):
@@ -148,7 +99,7 @@ class TensorsScreen(PaneScreen):
         a = self.vz.analysis
         if a is None:
             return
-        self.orders = TensorOrder(a.tensors)
+        self.orders = a.tensor_order
         self._rebuild()
 
     def _rebuild(self, keep: bool = False) -> None:
