@@ -156,3 +156,21 @@ def test_sigkill_leaves_a_file_that_loads_up_to_the_last_flush(tmp_path: Path) -
     assert ends and ends[-1].compute_id >= flushed[-1]
     assert [m.text for m in markers[: flushed[-1]]] == [f"step {i}" for i in range(1, flushed[-1] + 1)]
     assert [e.seq for e in trace.events] == sorted(e.seq for e in trace.events)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_a_forked_child_does_not_write_into_the_parents_trace(tmp_path: Path) -> None:
+    path = tmp_path / "parent.vztrace"
+    with vizalloc.trace(path) as t:
+        vizalloc.mark("before fork")
+        pid = os.fork()
+        if pid == 0:  # the child: its events and its end of the block must not reach the file
+            try:
+                vizalloc.mark("in the child")
+                t.stop()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        vizalloc.mark("after fork")
+    loaded = vizalloc.load(path)
+    assert [e.text for e in loaded.events if isinstance(e, ev.Marker)] == ["before fork", "after fork"]

@@ -22,6 +22,7 @@ import io
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,6 +122,7 @@ class TraceSession:
             self._deadline_ns = time.perf_counter_ns() + self._interval_ns
             self._flush_at = self._max_pending
         self.active = True
+        _ACTIVE.add(self)
         recorder.push(self)
         return self
 
@@ -133,6 +135,7 @@ class TraceSession:
             return
         recorder.pop(self)
         self.active = False
+        _ACTIVE.discard(self)
         self._stop.set()
         if self._timer is not None:
             self._timer.join()
@@ -269,6 +272,25 @@ class TraceSession:
     def __repr__(self) -> str:
         state = "active" if self.active else "stopped"
         return f"<TraceSession {self.path or '(memory)'} {state}, {self.n_events} events>"
+
+
+#: Sessions recording now (so a forked child can let go of them).
+_ACTIVE: weakref.WeakSet[TraceSession] = weakref.WeakSet()
+
+
+def _detach_after_fork() -> None:
+    """In a forked child: the parent's traces are the parent's. The child records nothing
+    (the recorder stack is emptied too) and must never write into the parent's files."""
+    for session in list(_ACTIVE):
+        session._writer = None
+        session._timer = None
+        session.active = False
+        session.keep_events = False
+    _ACTIVE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_detach_after_fork)
 
 
 def trace(path: PathLike | None = None, *, capture_values: bool = False, **options: Any) -> TraceSession:
