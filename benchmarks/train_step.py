@@ -367,11 +367,14 @@ class GgmlSide(Side):
 
 # -- timing ---------------------------------------------------------------------------------------------
 
-def time_round(sides: list[Side], step: int, times: dict[tuple[str, bool], list[float]]) -> None:
+def time_round(sides: list[Side], step: int, times: dict[tuple[str, bool], list[float]], rotate: int = 0) -> None:
     """One round: per side, an untimed forward pass, a timed training step (it switches
     graphs), and a second timed training step (it does not). The sides take turns step by
-    step, so drifting machine load hits them alike."""
-    for s in sides:
+    step, so drifting machine load hits them alike, and the order rotates by ``rotate``,
+    so no side always runs right after another's threads (ggml's workers poll a while
+    after a compute)."""
+    k = rotate % len(sides)
+    for s in sides[k:] + sides[:k]:
         s.forward(step)
         t0 = time.perf_counter()
         s.train(step)
@@ -438,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     warm: dict[tuple[str, bool], list[float]] = {}
     time_round(sides, args.check_steps, warm)  # warm-up, not counted
     for k in range(args.repeat):
-        time_round(sides, args.check_steps + 2 + 2 * k, times)
+        time_round(sides, args.check_steps + 2 + 2 * k, times, rotate=k)
     for s in sides:
         s.close()
 
