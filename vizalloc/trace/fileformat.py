@@ -36,7 +36,9 @@ from typing import Any, BinaryIO
 
 from vizalloc.errors import TraceFormatError
 from vizalloc.trace import events as ev
-from vizalloc.trace.chunks import ChunkDecoder, ChunkEncoder, ChunkParts, EncodeError
+from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts
+from vizalloc.trace.chunk_encoder import ChunkEncoder
+from vizalloc.trace.chunks import EncodeError
 from vizalloc.trace.schema import BY_NAME, SCHEMA, KindSchema
 from vizalloc.trace.value import FORMAT_VERSION, Trace, TraceHeader
 

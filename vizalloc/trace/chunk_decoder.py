@@ -1,0 +1,305 @@
+"""Decoding chunks: the per-chunk minimum, then many chunks at once with numpy.
+
+    >>> from vizalloc.trace import events as ev
+    >>> from vizalloc.trace.chunk_encoder import ChunkEncoder
+    >>> from vizalloc.trace.chunk_decoder import ChunkDecoder
+    >>> meta, blob = ChunkEncoder().encode([ev.Marker(1, 100, None, "a")])
+    >>> dec = ChunkDecoder.for_current_schema()
+    >>> dec.assemble([dec.decode(meta, blob, 1)])[0].text
+    'a'
+"""
+
+from __future__ import annotations
+
+import zlib
+from array import array as _array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vizalloc.trace import events as ev
+from vizalloc.trace.chunks import (
+    _BIG_ENDIAN, _HEAD, _IN_ORDER, _PLANES, _PLANS, _S_BOOL, _S_BYTES, _S_ENUM, _S_FLOAT, _S_INT, _S_STR,
+    _S_TUPLE_INT, _TAG_BOOL, _TAG_FLOAT, _TAG_INT, _TAG_NONE, _TAG_STR, _bits_float, _is_simple, _join_planes,
+    _Plan, _unpack_planes,
+)
+from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
+
+@dataclass(slots=True)
+class ChunkParts:
+    """What one decoded chunk keeps until its batch is assembled."""
+
+    offset: int             # byte offset of its frame in the file, for messages
+    kinds: bytes
+    planes: np.ndarray      # (planes present, n) bytes of the zigzag-coded ints
+    mask: int               # which byte planes are present
+    skip: int               # ints before the rows (new locations)
+    n_rows: int             # row ints
+    n_items: int            # item ints
+    blob: bytes
+    in_order: bool          # rows in recording order (else grouped by kind)
+
+
+class ChunkDecoder:
+    """Turns chunk bytes back into events; keeps the file-wide tables between chunks.
+
+    Args:
+        kinds: the file's kinds in its index order (None where this vizalloc lacks the kind
+            or it has other fields; decoding such a kind raises ValueError naming it).
+        names: the file's kind names, for messages.
+        compressed: whether the metadata goes through a zlib stream.
+    """
+
+    def __init__(self, kinds: Sequence[KindSchema | None], names: Sequence[str], compressed: bool) -> None:
+        self._plans = [None if s is None else _PLANS[s.cls] for s in kinds]
+        self._names = list(names)
+        self._widths = np.array([0 if p is None else p.width for p in self._plans] + [0] * (256 - len(kinds)),
+                                dtype=np.int64)
+        self._strings: list[str] = []
+        self._string_array = np.empty(0, dtype=object)
+        self._locs: list[ev.Location | None] = [None]
+        self._loc_array = np.empty(0, dtype=object)
+        self._enum_values: dict[str, dict[int, Any]] = {}
+        self._carry: dict[int, tuple[int, int]] = {}
+        self._zlib = zlib.decompressobj() if compressed else None
+
+    @classmethod
+    def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
+        return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
+
+    # -- per chunk: the minimum ------------------------------------------------------
+    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0) -> ChunkParts:
+        """Decompress and split one chunk; new strings and locations join the tables.
+
+        Raises ValueError (or zlib.error, struct.error, IndexError) on malformed bytes.
+        """
+        if self._zlib is not None:
+            meta = self._zlib.decompress(meta)
+        view = memoryview(meta)
+        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(view, 0)
+        if n_ev != n_events:
+            raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
+        pos = _HEAD.size
+        kinds = bytes(view[pos:pos + n_ev])
+        pos += n_ev
+        lens = _array("I")
+        lens.frombytes(view[pos:pos + 4 * n_strings])
+        if _BIG_ENDIAN:  # pragma: no cover
+            lens.byteswap()
+        pos += 4 * n_strings
+        text = bytes(view[pos:pos + n_text])
+        pos += n_text
+        n_ints = 3 * n_locs + n_rows + n_items
+        present = _PLANES[planes]
+        if len(view) - pos != n_ints * len(present):
+            raise ValueError(f"integer section has {len(view) - pos} bytes for {n_ints} values in "
+                             f"{len(present)} byte planes")
+        ints = np.frombuffer(view, dtype=np.uint8, offset=pos).reshape(len(present), n_ints)
+        if len(kinds) != n_ev or len(lens) != n_strings or len(text) != n_text or sum(lens) != n_text:
+            raise ValueError("chunk sections do not add up")
+        start = 0
+        for n in lens:
+            self._strings.append(text[start:start + n].decode("utf-8", "surrogatepass"))
+            start += n
+        if n_locs:
+            strings = self._strings
+            vals = _join_planes([_unpack_planes(ints[:, : 3 * n_locs].tobytes(), 3 * n_locs, planes)]).tolist()
+            for i in range(0, len(vals), 3):
+                self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
+        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & _IN_ORDER))
+
+    # -- per batch: everything else ---------------------------------------------------
+    def assemble(self, parts: Sequence[ChunkParts]) -> list[ev.Event]:
+        """The events of consecutive decoded chunks, in recording order.
+
+        Raises ValueError (or IndexError) when the chunks do not fit their schema.
+        """
+        kinds = np.frombuffer(b"".join(p.kinds for p in parts), dtype=np.uint8)
+        n = len(kinds)
+        if n == 0:
+            return []
+        counts = np.array([len(p.kinds) for p in parts], dtype=np.int64)
+        present = np.flatnonzero(np.bincount(kinds, minlength=256))
+        for k in present.tolist():
+            if k >= len(self._plans) or self._plans[k] is None:
+                name = self._names[k] if k < len(self._names) else f"#{k}"
+                raise ValueError(f"event kind {name} is unknown to this vizalloc or has other fields")
+        # the file stores each chunk's events grouped by kind ("layout order")
+        chunk_of = np.repeat(np.arange(len(parts)), counts)
+        in_order = np.array([p.in_order for p in parts])
+        key = np.where(np.repeat(in_order, counts), 0, kinds) if in_order.any() else kinds
+        order = np.lexsort((key, chunk_of))
+        kinds_l = kinds[order]
+        widths = self._widths[kinds_l]
+        row_start = np.cumsum(widths) - widths
+        chunk_starts = np.cumsum(counts) - counts
+        _check_per_chunk(widths, chunk_starts, [p.n_rows for p in parts], "row", parts)
+        rows_all, items_all = _gather_planes(parts)
+        blob_all = b"".join(p.blob for p in parts)
+        if len(self._string_array) != len(self._strings):
+            self._string_array = np.empty(len(self._strings), dtype=object)
+            self._string_array[:] = self._strings
+        if len(self._loc_array) != len(self._locs):
+            self._loc_array = np.empty(len(self._locs), dtype=object)
+            self._loc_array[:] = self._locs
+        # 1. gather each kind's rows; count the items and blob bytes of every event
+        by_kind = np.argsort(kinds_l, kind="stable")
+        per_kind = np.bincount(kinds_l, minlength=256)
+        bounds = np.cumsum(per_kind)
+        item_total = np.zeros(n, dtype=np.int64)
+        blob_total = np.zeros(n, dtype=np.int64)
+        gathered: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for k in present.tolist():
+            plan = self._plans[k]
+            assert plan is not None
+            sel = by_kind[bounds[k] - per_kind[k]:bounds[k]]
+            rows = rows_all[row_start[sel][:, None] + np.arange(plan.width)]
+            if plan.var:
+                item_total[sel] = rows[:, plan.var].sum(axis=1)
+            if plan.blobs:
+                blob_total[sel] = rows[:, plan.blobs].sum(axis=1)
+            gathered.append((k, sel, rows))
+        if (item_total < 0).any() or (blob_total < 0).any():
+            raise ValueError("negative item or byte count")
+        _check_per_chunk(item_total, chunk_starts, [p.n_items for p in parts], "item", parts)
+        _check_per_chunk(blob_total, chunk_starts, [len(p.blob) for p in parts], "blob byte", parts)
+        item_start = np.cumsum(item_total) - item_total
+        blob_start = np.cumsum(blob_total) - blob_total
+        item_list: list[int] | None = None
+        # 2. columns per kind, events per kind, then back into recording order
+        out = np.empty(n, dtype=object)
+        for k, sel, rows in gathered:
+            plan = self._plans[k]
+            assert plan is not None
+            if plan.var and item_list is None:
+                item_list = items_all.tolist()
+            cols = self._columns(k, plan, rows, item_start[sel], blob_start[sel], item_list, blob_all)
+            out[order[sel]] = np.fromiter(map(plan.schema.new, *cols), dtype=object, count=len(sel))
+        result: list[ev.Event] = out.tolist()
+        return result
+
+    def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
+                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+        seq0, t0 = self._carry.get(k, (0, 0))
+        seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
+        t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
+        self._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+        cols: list[list[Any]] = [seq.tolist(), t_ns.tolist(), self._loc_array[rows[:, 2]].tolist()]
+        item_pos = item_at.copy()
+        blob_pos = blob_at.copy()
+        for j, (codec, slot) in enumerate(zip(plan.schema.codecs, plan.slots)):
+            col = rows[:, 3 + j]
+            if slot == _S_INT:
+                cols.append(col.tolist())
+            elif slot == _S_STR:
+                cols.append(self._string_array[col].tolist())
+            elif slot == _S_ENUM:
+                cols.append(self._enum_list(codec[5:], col.tolist()))
+            elif slot == _S_BOOL:
+                cols.append((col != 0).tolist())
+            elif slot == _S_FLOAT:
+                cols.append([_bits_float(i) for i in col.tolist()])
+            elif slot == _S_BYTES:
+                starts, ends = blob_pos.tolist(), (blob_pos + col).tolist()
+                cols.append([blob[a:b] for a, b in zip(starts, ends)])
+                blob_pos += col
+            else:
+                assert items is not None
+                starts, ends = item_pos.tolist(), (item_pos + col).tolist()
+                if slot == _S_TUPLE_INT:
+                    cols.append([tuple(items[a:b]) for a, b in zip(starts, ends)])
+                else:
+                    cols.append([self._value(codec, items[a:b]) for a, b in zip(starts, ends)])
+                item_pos += col
+        return cols
+
+    def _enum_list(self, enum_name: str, ids: list[int]) -> list[Any]:
+        cache = self._enum_values.setdefault(enum_name, {})
+        try:
+            return [cache[i] for i in ids]
+        except KeyError:
+            pass
+        enum_cls = ENUMS[enum_name]
+        for i in set(ids):
+            if i not in cache:
+                text = self._strings[i]
+                try:
+                    cache[i] = enum_cls(text)
+                except ValueError:
+                    cache[i] = text  # a value this vizalloc's enum lacks: kept as its string
+        return [cache[i] for i in ids]
+
+    def _value(self, codec: str, items: list[int]) -> Any:
+        """A variable-size value from its item ints (see ``ChunkEncoder._flat``)."""
+        if codec == "scalar":
+            tag = items[0]
+            if tag == _TAG_NONE and len(items) == 1:
+                return None
+            if len(items) != 2:
+                raise ValueError(f"scalar item of {len(items)} ints")
+            if tag == _TAG_INT:
+                return items[1]
+            if tag == _TAG_FLOAT:
+                return _bits_float(items[1])
+            if tag == _TAG_STR:
+                return self._strings[items[1]]
+            if tag == _TAG_BOOL:
+                return bool(items[1])
+            raise ValueError(f"unknown scalar tag {tag}")
+        inner = codec[6:-1]
+        if _is_simple(inner):
+            if inner == "int":
+                return tuple(items)
+            if inner == "bool":
+                return tuple(i != 0 for i in items)
+            if inner == "float":
+                return tuple(map(_bits_float, items))
+            if inner == "str":
+                return tuple(self._strings[i] for i in items)
+            return tuple(self._enum_list(inner[5:], items))
+        out = []
+        pos = 0
+        while pos < len(items):
+            size = items[pos]
+            if size < 0 or pos + 1 + size > len(items):
+                raise ValueError("item length runs past its value")
+            out.append(self._value(inner, items[pos + 1:pos + 1 + size]))
+            pos += 1 + size
+        return tuple(out)
+
+
+def _gather_planes(parts: Sequence[ChunkParts]) -> tuple[np.ndarray, np.ndarray]:
+    """All chunks' row ints and item ints, zigzag decoded (one transpose for all chunks)."""
+    n_rows = sum(p.n_rows for p in parts)
+    n_items = sum(p.n_items for p in parts)
+    rows = np.zeros((8, n_rows), dtype=np.uint8)
+    items = np.zeros((8, n_items), dtype=np.uint8)
+    r = i = 0
+    for p in parts:
+        present = _PLANES[p.mask]
+        k = len(present)
+        # the usual case: the low k planes, assigned by slice instead of by index list
+        target = slice(0, k) if present[-1:] == [k - 1] else present
+        a, b = p.skip, p.skip + p.n_rows
+        if p.n_rows:
+            rows[target, r:r + p.n_rows] = p.planes[:, a:b]
+        if p.n_items:
+            items[target, i:i + p.n_items] = p.planes[:, b:]
+        r += p.n_rows
+        i += p.n_items
+    return _join_planes([rows]), _join_planes([items])
+
+
+def _check_per_chunk(per_event: np.ndarray, chunk_starts: np.ndarray, actual: list[int], what: str,
+                     parts: Sequence[ChunkParts]) -> None:
+    """Each chunk holds exactly the rows / items / blob bytes its events need."""
+    need = np.add.reduceat(per_event, chunk_starts) if len(per_event) else np.zeros(0, dtype=np.int64)
+    # reduceat gives a chunk with no events its next element: count those as 0
+    need = np.where(np.diff(np.append(chunk_starts, len(per_event))) > 0, need, 0)
+    bad = np.flatnonzero(need != np.array(actual, dtype=np.int64))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"the chunk at byte {parts[i].offset} has {actual[i]} {what}s, its events need {int(need[i])}")
+

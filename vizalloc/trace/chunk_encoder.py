@@ -1,0 +1,383 @@
+"""Encoding runs of events as chunks (the layout is in ``chunks.py``).
+
+Two paths: a chunk of up to ``ORDERED_MAX_EVENTS`` rows (the usual flush at the end of a
+small graph compute) is encoded event by event in recording order with generated
+per-kind row encoders; bigger chunks are grouped by kind and encoded column-wise.
+
+    >>> from vizalloc.trace import events as ev
+    >>> from vizalloc.trace.chunk_encoder import ChunkEncoder
+    >>> meta, blob = ChunkEncoder().encode([ev.Marker(1, 100, None, "a")])
+    >>> len(blob)
+    0
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from array import array as _array
+from collections import defaultdict
+from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from vizalloc.trace import events as ev
+from vizalloc.trace.chunks import (
+    _BIG_ENDIAN, _HEAD, _I64_MIN, _I64_SPAN, _IN_ORDER, _INT64, _PLANS, _S_BOOL, _S_ENUM, _S_FLOAT, _S_INT,
+    _S_STR, _S_TUPLE_INT, _S_VAR, _TAG_BOOL, _TAG_FLOAT, _TAG_INT, _TAG_NONE, _TAG_STR, ORDERED_MAX_EVENTS,
+    EncodeError, _as_bool, _float_bits, _is_simple, _Location, _pack_planes, _Plan,
+)
+from vizalloc.trace.schema import ENUMS, SCHEMA
+
+def _deltas(col: list[int], prev: int) -> list[int]:
+    """Differences from the previous value, wrapped into int64 like the reader's cumsum wraps
+    (the values themselves must fit int64)."""
+    out = [x - p for p, x in zip(chain((prev,), col), col)]
+    if min(out) < _I64_MIN or max(out) >= -_I64_MIN:
+        _array(_INT64, col)  # OverflowError when a value itself is outside int64
+        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
+    return out
+
+
+_ROW_ENCODER_CODE: dict[type[ev.Event], Any] = {}
+_INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
+_NUMPY_DELTAS_FROM = 256
+
+
+class ChunkEncoder:
+    """Turns events into chunk bytes; keeps the file-wide tables between chunks.
+
+    Args:
+        compress_level: zlib level for the metadata stream, or None for no compression.
+    """
+
+    def __init__(self, compress_level: int | None = 1) -> None:
+        self._sids: dict[str, int] = {}
+        self._new_strings: list[str] = []
+        self._lids: dict[int, int] = {id(None): 0}     # id(Location) -> location id (0: None)
+        self._lid_by_value: dict[ev.Location, int] = {}
+        self._locs: list[ev.Location] = []              # keeps interned objects (and their ids) alive
+        self._new_locs: list[ev.Location] = []
+        self._carry: dict[type[ev.Event], tuple[int, int]] = {}   # last (seq, t_ns) per kind
+        self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
+        self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
+        self._row_encoders = {cls: self._row_encoder(plan) for cls, plan in _PLANS.items()}
+        self._numpy_deltas: list[tuple[int, int, int, tuple[int, int]]] = []
+
+    def _row_encoder(self, plan: _Plan) -> Any:
+        """A generated ``enc(row, rows, items, blob)`` that appends one event's row, for the
+        in-order path: straight-line code with the kind's conversions inlined."""
+        w = plan.width
+        f = [f"f{i}" for i in range(w)]
+        body = [
+            f"    {', '.join(f)}, = row",
+            "    c = carry_get(cls, zero)",
+            "    carry[cls] = (f0, f1)",
+            "    l = lids_get(id(f2))",
+            "    if l is None:",
+            "        l = loc_slow(f2)",
+        ]
+        exprs = ["f0 - c[0]", "f1 - c[1]", "l"]
+        tail = []
+        for j, slot, codec in zip(range(3, w), plan.slots, plan.schema.codecs):
+            v = f[j]
+            if slot == _S_INT:
+                exprs.append(v)
+            elif slot == _S_STR or slot == _S_ENUM:
+                fast = f"sids_get({v})" if slot == _S_STR else f"sids_get({v}._value_)"
+                check = "str" if slot == _S_STR else f"enum_{j}"
+                body += [f"    s{j} = {fast} if type({v}) is {check} else None",
+                         f"    if s{j} is None:", f"        s{j} = sid_slow({v})"]
+                exprs.append(f"s{j}")
+            elif slot == _S_BOOL:
+                exprs.append(f"as_bool({v})")
+            elif slot == _S_FLOAT:
+                exprs.append(f"float_bits({v})")
+            elif slot == _S_TUPLE_INT:
+                exprs.append(f"len({v})")
+                tail.append(f"    items += {v}")
+            elif slot == _S_VAR:
+                body.append(f"    v{j} = flat({codec!r}, {v})")
+                exprs.append(f"len(v{j})")
+                tail.append(f"    items += v{j}")
+            else:  # _S_BYTES
+                body.append(f"    if type({v}) is not bytes and type({v}) is not bytearray: raise EncodeError('expected bytes')")
+                exprs.append(f"len({v})")
+                tail.append(f"    blob.append({v})")
+        body.append(f"    rows += ({', '.join(exprs)},)")
+        body += tail
+        scope: dict[str, Any] = {
+            "cls": plan.schema.cls, "zero": (0, 0), "carry": self._carry, "carry_get": self._carry.get,
+            "lids_get": self._lids.get, "loc_slow": lambda loc: self._loc_list([loc])[0],
+            "sids_get": self._sids.get, "sid_slow": self._sid, "as_bool": _as_bool, "float_bits": _float_bits,
+            "flat": self._flat, "EncodeError": EncodeError,
+        }
+        for j, slot, codec, _name in plan.convert:
+            if slot == _S_ENUM:
+                scope[f"enum_{j}"] = ENUMS[codec[5:]]
+        code = _ROW_ENCODER_CODE.get(plan.schema.cls)
+        if code is None:  # compiled once per kind; each encoder binds its own tables
+            src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
+            code = _ROW_ENCODER_CODE[plan.schema.cls] = compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec")
+        exec(code, scope)  # noqa: S102 - our own generated code
+        return scope["enc"]
+
+    @property
+    def compressed(self) -> bool:
+        return self._zlib is not None
+
+    def encode(self, events: Sequence[ev.Event]) -> tuple[bytes, bytes]:
+        """One chunk of event objects: (stored metadata bytes, raw blob bytes)."""
+        return self.encode_rows([e.__class__ for e in events], events)
+
+    def encode_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False
+                    ) -> tuple[bytes, bytes]:
+        """One chunk from parallel lists: each item is an event or its row ``(seq, t_ns, loc, *fields)``.
+
+        ``rows_only`` promises that every item is a row (skips a per-item check).
+        """
+        for cls in set(classes):
+            if cls not in SCHEMA:
+                raise EncodeError(f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events")
+        if rows_only and len(items) <= ORDERED_MAX_EVENTS:
+            saved = dict(self._carry)
+            try:
+                return self._encode(classes, items, in_order=True, rows_only=True)
+            except (EncodeError, TypeError, ValueError, OverflowError, AttributeError):
+                self._carry.clear()  # (in place: the row encoders hold this dict)
+                self._carry.update(saved)  # the grouped path below wraps deltas and names the culprit
+        return self._encode(classes, items, in_order=False, rows_only=rows_only)
+
+    def _encode(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, in_order: bool,
+                rows_only: bool) -> tuple[bytes, bytes]:
+        index = _INDEX
+        kinds = bytes(map(index.__getitem__, classes))
+        rows_ints: list[int] = []
+        item_ints: list[int] = []
+        blob: list[bytes] = []
+        if in_order:
+            encoders = self._row_encoders
+            for cls, row in zip(classes, items):
+                encoders[cls](row, rows_ints, item_ints, blob)
+            rows_arr = _array(_INT64, rows_ints)
+            items_arr = _array(_INT64, item_ints)
+        else:
+            groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
+            for cls, item in zip(classes, items):
+                groups[cls].append(item)
+            self._numpy_deltas = []
+            for cls in sorted(groups, key=index.__getitem__):
+                group = groups[cls]
+                if not rows_only:
+                    getter = self._getters[cls]
+                    group = [x if type(x) is tuple else getter(x) for x in group]
+                try:
+                    self._encode_kind(_PLANS[cls], group, rows_ints, item_ints, blob)
+                except EncodeError as exc:
+                    raise EncodeError(f"{cls.__name__}.{exc}") from None
+                except (TypeError, AttributeError, ValueError) as exc:
+                    raise EncodeError(f"{cls.__name__}: a field holds a value the trace file cannot store: {exc}"
+                                      ) from exc
+            try:
+                rows_arr = _array(_INT64, rows_ints)
+                items_arr = _array(_INT64, item_ints)
+            except (TypeError, OverflowError) as exc:
+                raise EncodeError(f"{self._culprit(groups)}: not an integer or outside the signed 64-bit "
+                                  f"range ({exc})") from exc
+            if self._numpy_deltas:
+                rows_np = np.frombuffer(rows_arr, dtype=np.int64)
+                for offset, w, n, carry in self._numpy_deltas:
+                    block = rows_np[offset:offset + w * n].reshape(n, w)
+                    for j in (0, 1):  # int64 differences wrap, as the reader's cumsum does
+                        block[:, j] = np.diff(block[:, j], prepend=np.int64(carry[j]))
+        loc_ints, lens, text = self._pack_tables()  # only now: nothing can fail after this
+        arr = _array(_INT64, loc_ints)
+        arr.extend(rows_arr)
+        arr.extend(items_arr)
+        if _BIG_ENDIAN:  # pragma: no cover
+            arr.byteswap()
+        int_bytes, planes = _pack_planes(np.frombuffer(arr, dtype="<i8"))
+        n_strings = len(lens)
+        raw = b"".join((
+            _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes,
+                       _IN_ORDER if in_order else 0),
+            kinds, _array("I", lens).tobytes() if not _BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
+            text, int_bytes,
+        ))
+        if self._zlib is not None:
+            raw = self._zlib.compress(raw) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+        return raw, b"".join(blob)
+
+    def _culprit(self, groups: dict[type[ev.Event], list[Any]]) -> str:
+        """Which field held a value int64 cannot store (only called after a failure)."""
+        for cls, group in groups.items():
+            schema = SCHEMA[cls]
+            for x in group:
+                row = x if type(x) is tuple else self._getters[cls](x)
+                for name, codec, v in zip(("seq", "t_ns", *schema.fields), ("int", "int", *schema.codecs),
+                                          (row[0], row[1], *row[3:])):
+                    values = v if codec == "tuple<int>" else (v,) if codec == "int" else ()
+                    try:
+                        _array(_INT64, values)
+                    except (TypeError, OverflowError):
+                        return f"{schema.name}.{name} = {v!r}"
+        return "an integer field"  # pragma: no cover
+
+    # -- tables --------------------------------------------------------------
+    def _sid_list(self, values: Sequence[Any]) -> list[int]:
+        sids = self._sids
+        try:
+            return [sids[s] for s in values]
+        except (KeyError, TypeError):
+            pass
+        return [self._sid(s) for s in values]
+
+    def _sid(self, s: Any) -> int:
+        i = self._sids.get(s) if type(s) is str else None
+        if i is not None:
+            return i
+        if type(s) is not str:
+            if isinstance(s, enum.Enum) and isinstance(s.value, str):
+                s = s.value
+            elif isinstance(s, str):
+                s = str.__str__(s)
+            else:
+                raise EncodeError(f"expected a string, got {s!r}")
+        i = self._sids.get(s)
+        if i is None:
+            i = self._sids[s] = len(self._sids)
+            self._new_strings.append(s)
+        return i
+
+    def _loc_list(self, locs: Sequence[Any]) -> list[int]:
+        lids = self._lids
+        try:
+            return [lids[id(loc)] for loc in locs]
+        except KeyError:
+            pass
+        out = []
+        for loc in locs:
+            i = lids.get(id(loc))
+            if i is None:
+                if not isinstance(loc, _Location):
+                    raise EncodeError(f"loc: expected a Location or None, got {loc!r}")
+                i = self._lid_by_value.get(loc)
+                if i is None:
+                    i = self._lid_by_value[loc] = len(self._lid_by_value) + 1
+                    self._new_locs.append(loc)
+                lids[id(loc)] = i
+                self._locs.append(loc)
+            out.append(i)
+        return out
+
+    def _pack_tables(self) -> tuple[list[int], list[int], bytes]:
+        locs, self._new_locs = self._new_locs, []
+        loc_ints: list[int] = []
+        for loc in locs:  # their strings may be new too: intern them before the string table
+            loc_ints += (self._sid(loc.file), loc.line, self._sid(loc.function))
+        strings, self._new_strings = self._new_strings, []
+        encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+        return loc_ints, [len(b) for b in encoded], b"".join(encoded)
+
+    # -- rows ------------------------------------------------------------------
+    def _encode_kind(self, plan: _Plan, rows: list[tuple[Any, ...]], rows_ints: list[int],
+                     item_ints: list[int], blob: list[bytes]) -> None:
+        """Append the kind's rows (row-major) and items; ``seq``/``t_ns`` stay raw here."""
+        w = plan.width
+        flat = list(chain.from_iterable(rows))
+        if len(flat) != w * len(rows):
+            raise EncodeError(f"{len(flat)} values for {len(rows)} events of {w} values each")
+        # seq and t_ns as differences from the previous event of this kind in the file
+        cls = plan.schema.cls
+        carry = self._carry.get(cls, (0, 0))
+        self._carry[cls] = (flat[-w], flat[1 - w])
+        if len(rows) >= _NUMPY_DELTAS_FROM:  # big groups: differences in numpy, once the ints are an array
+            self._numpy_deltas.append((len(rows_ints), w, len(rows), carry))
+        else:
+            flat[0::w] = _deltas(flat[0::w], carry[0])
+            flat[1::w] = _deltas(flat[1::w], carry[1])
+        # replace the non-integer slots in place, column by column (strided slices run in C)
+        flat[2::w] = self._loc_list(flat[2::w])
+        var_cols: list[Sequence[Any]] = []
+        blob_cols: list[Sequence[Any]] = []
+        for j, slot, codec, name in plan.convert:
+            col = flat[j::w]
+            try:
+                if slot == _S_STR:
+                    flat[j::w] = self._sid_list(col)
+                elif slot == _S_TUPLE_INT:
+                    flat[j::w] = list(map(len, col))
+                    var_cols.append(col)
+                elif slot == _S_ENUM:
+                    try:
+                        values = [v._value_ for v in col]
+                    except AttributeError:
+                        values = [v._value_ if isinstance(v, enum.Enum) else v for v in col]
+                    flat[j::w] = self._sid_list(values)
+                elif slot == _S_BOOL:
+                    if not all(v is True or v is False or v == 0 or v == 1 for v in col):
+                        raise EncodeError("expected booleans")
+                    flat[j::w] = [1 if v else 0 for v in col]
+                elif slot == _S_FLOAT:
+                    flat[j::w] = [_float_bits(v) for v in col]
+                elif slot == _S_VAR:
+                    items = [self._flat(codec, v) for v in col]
+                    flat[j::w] = list(map(len, items))
+                    var_cols.append(items)
+                else:  # _S_BYTES
+                    if not all(isinstance(b, (bytes, bytearray)) for b in col):
+                        raise EncodeError("expected bytes")
+                    flat[j::w] = list(map(len, col))
+                    blob_cols.append(col)
+            except EncodeError as exc:
+                raise EncodeError(f"{name}: {exc}") from None
+        rows_ints += flat
+        if var_cols:  # event-major: all items of an event, field after field
+            item_ints.extend(chain.from_iterable(chain.from_iterable(zip(*var_cols))))
+        if blob_cols:
+            blob.extend(chain.from_iterable(zip(*blob_cols)))
+
+    def _flat(self, codec: str, v: Any) -> list[int]:
+        """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""
+        if codec == "scalar":
+            if v is None:
+                return [_TAG_NONE]
+            if isinstance(v, bool):
+                return [_TAG_BOOL, int(v)]
+            if isinstance(v, int):
+                return [_TAG_INT, int(v)]
+            if isinstance(v, float):
+                return [_TAG_FLOAT, _float_bits(v)]
+            if isinstance(v, str):
+                return [_TAG_STR, self._sid(v)]
+            raise EncodeError(f"{v!r} is not an int, float, str, bool or None")
+        if not codec.startswith("tuple<"):
+            raise EncodeError(f"no item encoding for {codec}")  # pragma: no cover
+        if not isinstance(v, tuple):
+            raise EncodeError(f"expected a tuple, got {v!r}")
+        inner = codec[6:-1]
+        if _is_simple(inner):
+            return [self._simple(inner, e) for e in v]
+        out: list[int] = []
+        for e in v:  # complex items carry their own length
+            flat = self._flat(inner, e)
+            out.append(len(flat))
+            out += flat
+        return out
+
+    def _simple(self, codec: str, v: Any) -> int:
+        if codec == "int":
+            if not isinstance(v, int):
+                raise EncodeError(f"expected an int, got {v!r}")
+            return int(v)
+        if codec == "bool":
+            return 1 if v else 0
+        if codec == "float":
+            return _float_bits(v)
+        return self._sid(v._value_ if isinstance(v, enum.Enum) else v)  # str, enum
+
+
