@@ -56,7 +56,8 @@ KEYS: list[tuple[str, tuple[str, ...]]] = [
     ("reverse", ("r",)), ("sort by first use", ("u",)),
     ("open search", ("slash",)), ("type 'b'", ("b",)), ("type 'l'", ("l",)), ("type 'k'", ("k",)),
     ("apply search 'blk'", ("enter",)), ("open tensor", ("enter",)), ("history pagedown", ("pagedown",)),
-    ("back", ("escape",)), ("state filter", ("f",)), ("state filter again", ("f",)), ("to hazards", ("4",)), ("hazards down", ("down",)), ("to graph", ("5",)),
+    ("back", ("escape",)), ("state filter", ("f",)), ("state filter again", ("f",)), ("to hazards", ("4",)),
+    ("hazards down", ("down",)), ("to graph", ("5",)),
     ("graph down", ("down",)), ("unfold all", ("z",)), ("graph end", ("end",)), ("tab to timeline", ("tab",)),
     ("help", ("question_mark",)), ("close help", ("escape",)),
 ]

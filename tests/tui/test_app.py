@@ -275,3 +275,13 @@ def test_demo_and_run_open_the_tui_with_flag(tmp_path: Path, monkeypatch: pytest
     out = tmp_path / "tiny.vztrace"
     assert main(["run", "-o", str(out), "--tui", str(script)]) == 0
     assert opened[-1] == str(out)
+
+
+async def test_notifications_show_search_text_literally(trace: Trace) -> None:
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2", "slash", *"[bold]zz", "enter")
+        await pilot.pause()
+        notes = list(app._notifications)
+        assert notes and "[bold]zz" in notes[-1].message and not notes[-1].markup

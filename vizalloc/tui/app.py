@@ -172,7 +172,8 @@ class VizallocApp(App[None]):
         self.load_error = message.text
         self.loaded = True
         self.refresh_loadbar(self.screen)
-        self.notify(message.text, title="cannot load the trace", severity="error", timeout=30)
+        self.notify(message.text, title="cannot load the trace", severity="error", timeout=30,
+                    markup=False)
 
     def first_interesting_binding(self) -> int:
         """The binding of the first hazard with one, else the last binding."""
@@ -229,13 +230,15 @@ class VizallocApp(App[None]):
         screen = self.screen
         request = screen.export_request() if hasattr(screen, "export_request") else None
         if self.analysis is None:
-            self.notify("the trace is still being analysed; try again when the progress bar is gone")
+            self.notify("the trace is still being analysed; try again when the progress bar is gone",
+                        markup=False)
             return
         if request is None:
-            self.notify("nothing to export here: no bound graph is selected")
+            self.notify("nothing to export here: no bound graph is selected", markup=False)
             return
         if self.export_writer is None:
-            self.notify("export is not available in this session (no output directory)", severity="warning")
+            self.notify("export is not available in this session (no output directory)", severity="warning",
+                        markup=False)
             return
         self.export_view(*request)
 
@@ -252,9 +255,11 @@ class VizallocApp(App[None]):
             text = export_text(analysed, fmt, Options(binding_id=binding_id))
             where = self.export_writer(f".b{binding_id}{Format(fmt).suffix}", text)
         except (VizallocError, OSError) as exc:
-            self.call_from_thread(self.notify, inert(str(exc), 300), title="export failed", severity="error")
+            self.call_from_thread(self.notify, inert(str(exc), 300), title="export failed", severity="error",
+                                  markup=False)
             return ""
-        self.call_from_thread(self.notify, inert(f"wrote {where}", 300), title=f"exported {fmt}")
+        self.call_from_thread(self.notify, inert(f"wrote {where}", 300), title=f"exported {fmt}",
+                              markup=False)
         return where
 
 

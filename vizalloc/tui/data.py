@@ -27,6 +27,8 @@ from vizalloc.tui.tensors import TensorOrder, TensorRows, build_tensor_rows
 Progress = Callable[[str, int, int], None]
 
 MAP_CACHE = 16
+#: From this many events on, the analysed objects are frozen (``gc.freeze``) after loading.
+FREEZE_EVENTS = 100_000
 
 
 @dataclass
@@ -134,8 +136,10 @@ def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress |
         analysis.tensor_order.warm()
     finally:
         if was_enabled:
-            # The events and the model are millions of long-lived objects: move them out of the
-            # collector's sight, or every full collection would stall the UI for up to a second.
-            gc.freeze()
+            # The events and the model of a big trace are millions of long-lived objects: move
+            # them out of the collector's sight, or every full collection would stall the UI for
+            # up to a second. (Small traces are left alone: frozen objects are never freed.)
+            if len(events) >= FREEZE_EVENTS:
+                gc.freeze()
             gc.enable()
     return analysis

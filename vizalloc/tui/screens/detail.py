@@ -24,7 +24,8 @@ from vizalloc.tui.widgets.table import Column, VirtualTable
 if TYPE_CHECKING:
     from vizalloc.tui.app import VizallocApp
 
-_KIND_STYLE = {"stale": "bold #ff8787", "external": "#d7af5f", "placed": "#87afd7", "cleared": "#d7af5f", "freed": "bold #ff8787", "written": "#87d787",
+_KIND_STYLE = {"stale": "bold #ff8787", "external": "#d7af5f", "placed": "#87afd7", "cleared": "#d7af5f",
+               "freed": "bold #ff8787", "written": "#87d787",
                "read": "", "created": "bold"}
 
 
@@ -107,4 +108,4 @@ class DetailScreen(Screen[None]):
                 self.app.pop_screen()
                 self.vz.show_map(MapTarget(p.binding_id, p.buffer_id, selected=frozenset({info.root})))
                 return
-        self.notify("no graph allocator ever placed this tensor: it has no memory map")
+        self.notify("no graph allocator ever placed this tensor: it has no memory map", markup=False)

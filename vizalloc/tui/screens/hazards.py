@@ -120,7 +120,7 @@ class HazardsScreen(PaneScreen):
             return
         binding = a.hazard_binding(h)
         if binding < 0:
-            self.notify("this hazard has no binding to show")
+            self.notify("this hazard has no binding to show", markup=False)
             return
         selected = frozenset(a.model.root(t) for t in (h.tensor_id, h.other_id) if t >= 0)
         step = h.node_index if h.node_index >= 0 else None

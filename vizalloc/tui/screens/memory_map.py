@@ -186,7 +186,7 @@ class MapScreen(PaneScreen):
                 self.mmap.show(self.panel, offset=b.offset, step=b.first, selected=frozenset({b.tensor_id}),
                                keep_zoom=True)
                 return
-        self.notify(f"no tensor named like {inert(text, 40)!r} in this buffer")
+        self.notify(f"no tensor named like {inert(text, 40)!r} in this buffer", markup=False)
 
     def export_request(self) -> tuple[str, int] | None:
         return ("layout", self.bmap.binding_id) if self.bmap is not None else None

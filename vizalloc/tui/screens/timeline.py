@@ -144,10 +144,10 @@ class TimelineScreen(PaneScreen):
 
         s = self._current()
         if s is None or s.binding_id < 0:
-            self.notify("this step comes before any binding: no memory map yet")
+            self.notify("this step comes before any binding: no memory map yet", markup=False)
             return
         if self.vz.analysis is None:
-            self.notify("the trace is still being analysed")
+            self.notify("the trace is still being analysed", markup=False)
             return
         step = None
         if s.kind is StepKind.COMPUTE:
