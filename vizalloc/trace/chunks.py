@@ -5,12 +5,12 @@ from the previous event of the same kind in the file), the location id, then one
 per field: the value (ints, bools), an id into the file's interned string table
 (strings, enum values), or, for tuples and other variable-size values, the number of
 *items* the value occupies in a separate item stream (bytes fields: the number of bytes
-in the raw blob). A chunk stores its events grouped by kind, rows one after another,
-so the rows of one kind from many chunks simply concatenate.
+in the raw blob). A chunk stores its rows in recording order (small chunks) or grouped
+by kind (big ones); either way the decoder finds every row with a few numpy operations.
 
 A chunk's metadata (what goes through zlib) is::
 
-    head   struct <6IB: n_events n_strings n_locs n_rows_ints n_items n_text int_planes
+    head   struct <6IBB: n_events n_strings n_locs n_rows_ints n_items n_text int_planes flags
     kinds  u8[n_events]            the kind of every event, in recording order
     lens   u32[n_strings]          byte lengths of the strings new in this chunk
     text   the UTF-8 bytes of those strings
