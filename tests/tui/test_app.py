@@ -285,3 +285,21 @@ async def test_notifications_show_search_text_literally(trace: Trace) -> None:
         await pilot.pause()
         notes = list(app._notifications)
         assert notes and "[bold]zz" in notes[-1].message and not notes[-1].markup
+
+
+async def test_map_mouse_click_and_wheel(trace: Trace) -> None:
+    from vizalloc.tui.render import GUTTER
+
+    app = VizallocApp(trace)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2")
+        mmap = app.screen.query_one(MemoryMap)
+        await pilot.click(MemoryMap, offset=(GUTTER + 5, 3))   # line 0 is the step header
+        assert (mmap.cursor_row, mmap.cursor_col) == (mmap.top + 2, mmap.left + 5)
+        row = mmap.cursor_row
+        from textual import events
+
+        mmap.post_message(events.MouseScrollDown(mmap, GUTTER + 5, 3, 0, 0, 0, False, False, False))
+        await pilot.pause()
+        assert mmap.cursor_row == min(row + 3, mmap.geom.n_rows(mmap.panel.top) - 1)  # type: ignore[union-attr]
