@@ -19,12 +19,18 @@ Two figures per ggml-opt side:
   as ``ggml_opt_epoch`` does between its training and validation batches, so ``alloc``
   pays ggml-opt's full graph-switch cost: scheduler reset, the deep copy of the graph
   (``dup_graph``), splitting and planning it, binding it. Only the training step is timed;
-  the forward pass between steps is not.
+  the forward pass between steps is not. A switch before every step is the worst case
+  (``ggml_opt_epoch`` switches twice per epoch).
 * ``steady``: consecutive training steps; ``alloc`` finds the optimizer graph already
   allocated and returns, so this is the compute-only figure (plus the per-step Python).
 
     python benchmarks/train_step.py                  # all three, ratios to numpy
-    python benchmarks/train_step.py --batch 64 --hidden 256 --repeat 10
+    python benchmarks/train_step.py --batch 64 --sizes 784,256,10 --repeat 10
+    python benchmarks/train_step.py --threads 1 --blas-threads 1   # steadier on a busy machine
+
+On a machine whose cores are busy with other work, threaded BLAS and ggml's polling
+workers make medians swing by several times; the best times and one-thread runs are the
+steadier comparison.
 
 The target is vizalloc ≤ 1.2× the hand-written numpy step (switch figure); the issue
 measured ggml-opt at ≈ 1.85× it.
@@ -38,7 +44,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -317,6 +322,7 @@ class GgmlSide(Side):
         a.alpha, a.beta1, a.beta2, a.eps, a.wd = ALPHA, BETA1, BETA2, EPS, WD
         # ctypes callbacks cannot return structs: hand ggml its own C function
         c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
+        assert c_fn is not None
         op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
         op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(self.cpars), ctypes.c_void_p)
         self.octx = ggml.ggml_opt_init(op)

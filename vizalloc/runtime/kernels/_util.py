@@ -150,7 +150,7 @@ def blasable(x: Any) -> bool:
         return True
     rows, cols = x.shape[-2], x.shape[-1]
     s0, s1 = x.strides[-2], x.strides[-1]
-    size = x.itemsize
+    size = int(x.itemsize)
 
     def ok(is1: int, is2: int, d2: int) -> bool:
         return is2 == size and is1 % size == 0 and is1 // size >= d2
