@@ -62,25 +62,81 @@ def _what(model: TraceModel, e: ev.Event, kind: HistoryKind, tensor_id: int) -> 
     return type(e).__name__
 
 
+_KINDS: dict[type, HistoryKind] = {
+    ev.TensorCreated: HistoryKind.CREATED, ev.TensorNamed: HistoryKind.NAMED, ev.TensorFlagsSet: HistoryKind.FLAGS,
+    ev.TensorSrcSet: HistoryKind.SRC_SET, ev.TensorPlaced: HistoryKind.PLACED, ev.TensorCleared: HistoryKind.CLEARED,
+    ev.TensorSet: HistoryKind.SET, ev.TensorGet: HistoryKind.GET, ev.ValueSnapshot: HistoryKind.SNAPSHOT,
+    ev.BufferFreed: HistoryKind.FREED,
+}
+
+
+def _kind(e: ev.Event, tensor_id: int) -> HistoryKind:
+    if isinstance(e, ev.NodeCompute):
+        return HistoryKind.WRITTEN if e.tensor_id == tensor_id else HistoryKind.READ
+    if isinstance(e, ev.TensorCopy):
+        return HistoryKind.COPIED if e.dst_id == tensor_id else HistoryKind.COPY_READ
+    return _KINDS.get(type(e), HistoryKind.FREED)
+
+
+class HistoryView:
+    """A tensor's history as rows made on demand (a weight read by every token of a long
+    trace has thousands; only the visible ones are described).
+
+    The rows are the model's history entries plus the two moments that explain stale
+    tensors: when a placement went stale, and every plan that skipped the tensor as
+    external (planning other tensors over its bytes), all in seq order.
+    """
+
+    def __init__(self, model: TraceModel, tensor_id: int) -> None:
+        self.model = model
+        self.tensor_id = tensor_id
+        info = model.tensors[tensor_id]
+        extra: list[HistoryRow] = []
+        for idx in info.placements:
+            p = model.placements[idx]
+            if p.stale_seq != NEVER and p.stale_seq < p.end_seq:
+                extra.append(HistoryRow(p.stale_seq, "stale", f"its placement [{p.offset}, {p.end}) in buffer "
+                                        f"#{p.buffer_id} from binding #{p.binding_id} went stale: "
+                                        f"{p.stale_reason or 'stale'}", "-"))
+        for plan in model.plans.values():
+            for d in plan.decisions:
+                if type(d) is ev.PlanExternal and d.tensor_id == tensor_id:
+                    p = model.placement_at(tensor_id, d.seq)
+                    why = " while its placement was stale" if p is not None and p.stale_seq <= d.seq else ""
+                    extra.append(HistoryRow(d.seq, "external", f"skipped as external by plan #{plan.plan_id} "
+                                            f"(galloc #{plan.galloc_id}, graph #{plan.graph_id}){why}",
+                                            loc_text(d.loc)))
+        extra.sort(key=lambda r: r.seq)
+        # merge: ints are indices into model.events, rows are the extra entries
+        events = model.events
+        self.items: list[int | HistoryRow] = []
+        k = 0
+        for idx in info.history:
+            seq = events[idx].seq
+            while k < len(extra) and extra[k].seq <= seq:
+                self.items.append(extra[k])
+                k += 1
+            self.items.append(idx)
+        self.items.extend(extra[k:])
+        self._made: dict[int, HistoryRow] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def row(self, i: int) -> HistoryRow:
+        item = self.items[i]
+        if isinstance(item, HistoryRow):
+            return item
+        got = self._made.get(i)
+        if got is None:
+            e = self.model.events[item]
+            kind = _kind(e, self.tensor_id)
+            got = self._made[i] = HistoryRow(e.seq, kind.value, _what(self.model, e, kind, self.tensor_id),
+                                             loc_text(e.loc))
+        return got
+
+
 def history_rows(model: TraceModel, tensor_id: int) -> list[HistoryRow]:
-    """Every entry of the tensor's history with its source line, plus the two moments that
-    explain stale tensors: when a placement went stale, and every plan that skipped the
-    tensor as external (planning other tensors over its bytes)."""
-    rows = [HistoryRow(h.seq, h.kind.value, _what(model, h.event, h.kind, tensor_id), loc_text(h.loc))
-            for h in model.history(tensor_id)]
-    info = model.tensors[tensor_id]
-    for idx in info.placements:
-        p = model.placements[idx]
-        if p.stale_seq != NEVER and p.stale_seq < p.end_seq:
-            rows.append(HistoryRow(p.stale_seq, "stale", f"its placement [{p.offset}, {p.end}) in buffer "
-                                   f"#{p.buffer_id} from binding #{p.binding_id} went stale: "
-                                   f"{p.stale_reason or 'stale'}", "-"))
-    for plan in model.plans.values():
-        for d in plan.decisions:
-            if type(d) is ev.PlanExternal and d.tensor_id == tensor_id:
-                p = model.placement_at(tensor_id, d.seq)
-                why = " while its placement was stale" if p is not None and p.stale_seq <= d.seq else ""
-                rows.append(HistoryRow(d.seq, "external", f"skipped as external by plan #{plan.plan_id} "
-                                       f"(galloc #{plan.galloc_id}, graph #{plan.graph_id}){why}", loc_text(d.loc)))
-    rows.sort(key=lambda r: r.seq)
-    return rows
+    """Every row of :class:`HistoryView` (for tests and small tensors)."""
+    view = HistoryView(model, tensor_id)
+    return [view.row(i) for i in range(len(view))]

@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from vizalloc.tui.widgets.keys_bar import KeysBar
-from vizalloc.tui.history import HistoryRow, history_rows
+from vizalloc.tui.history import HistoryView
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import fmt_bytes, loc_text
 from vizalloc.tui.tensors import shape_text
@@ -33,18 +33,18 @@ class HistorySource:
     columns: Sequence[Column] = (Column("seq", 9, True), Column("what", 9), Column("detail", 0),
                                  Column("source line", 0))
 
-    def __init__(self, rows: list[HistoryRow]) -> None:
-        self.rows = rows
+    def __init__(self, view: HistoryView) -> None:
+        self.view = view
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.view)
 
     def cells(self, i: int) -> Sequence[str]:
-        r = self.rows[i]
+        r = self.view.row(i)
         return (str(r.seq), r.kind, r.what, r.where)
 
     def style(self, i: int) -> str:
-        return _KIND_STYLE.get(self.rows[i].kind, "")
+        return _KIND_STYLE.get(self.view.row(i).kind, "")
 
 
 class DetailScreen(Screen[None]):
@@ -92,7 +92,7 @@ class DetailScreen(Screen[None]):
         head.append(f"\ncreated at {loc_text(info.created_loc)}", style="dim")
         self.query_one("#tensorhead", Static).update(head)
         table = self.query_one("#history", VirtualTable)
-        table.set_source(HistorySource(history_rows(a.model, self.tensor_id)))
+        table.set_source(HistorySource(HistoryView(a.model, self.tensor_id)))
         table.focus()
 
     def action_map(self) -> None:
