@@ -253,7 +253,8 @@ def _print_rich(args: argparse.Namespace, results: dict[str, Any], paths: dict[s
         for name, p in paths.items():
             h = hazards.get(name)
             found = "" if h is None else "  " + (", ".join(f"{k} {v}" for k, v in sorted(h.items())) or "no hazards")
-            console.print(f"  {name:<10} {p}{found}")
+            # a path is data: no markup, and never wrapped (people copy it)
+            console.print(f"  {name:<10} {p}{found}", soft_wrap=True, markup=False)
         console.print("open one with: vizalloc tui <trace>   or check it with: vizalloc check <trace>")
     elif trace_note:
         console.print(f"\nnote: {trace_note}")
