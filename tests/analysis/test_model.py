@@ -149,3 +149,18 @@ def test_progress_callbacks_reach_the_total():
     find_hazards(m, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (len(tb.events), len(tb.events))
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_build_and_hazards_leave_the_garbage_collector_as_they_found_it():
+    import gc
+
+    from vizalloc.analysis.hazards import find_hazards
+
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            find_hazards(build_model([]))
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if was else gc.disable)()
