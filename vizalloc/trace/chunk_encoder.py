@@ -48,6 +48,63 @@ _INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
 _NUMPY_DELTAS_FROM = 256
 
 
+def _row_encoder_code(plan: _Plan) -> Any:
+    """The compiled source of a kind's ``enc(row, rows, items, blob)`` (see ``ChunkEncoder._row_encoder``)."""
+    w = plan.width
+    f = [f"f{i}" for i in range(w)]
+    body = [
+        f"    {', '.join(f)}, = row",
+        "    c = carry_get(cls, zero)",
+        "    carry[cls] = (f0, f1)",
+        "    l = lids_get(id(f2))",
+        "    if l is None:",
+        "        l = loc_slow(f2)",
+    ]
+    exprs = ["f0 - c[0]", "f1 - c[1]", "l"]
+    tail = []
+    for j, slot, codec in zip(range(3, w), plan.slots, plan.schema.codecs):
+        v = f[j]
+        if slot == _S_INT:
+            exprs.append(v)
+        elif slot == _S_STR or slot == _S_ENUM:
+            fast = f"sids_get({v})" if slot == _S_STR else f"sids_get({v}._value_)"
+            check = "str" if slot == _S_STR else f"enum_{j}"
+            body += [f"    s{j} = {fast} if type({v}) is {check} else None",
+                     f"    if s{j} is None:", f"        s{j} = sid_slow({v})"]
+            exprs.append(f"s{j}")
+        elif slot == _S_BOOL:
+            exprs.append(f"as_bool({v})")
+        elif slot == _S_FLOAT:
+            exprs.append(f"float_bits({v})")
+        elif slot == _S_TUPLE_INT:
+            exprs.append(f"len({v})")
+            tail.append(f"    items += {v}")
+        elif slot == _S_VAR:
+            body.append(f"    v{j} = flat({codec!r}, {v})")
+            exprs.append(f"len(v{j})")
+            tail.append(f"    items += v{j}")
+        else:  # _S_BYTES
+            body.append(f"    if type({v}) is not bytes and type({v}) is not bytearray: raise EncodeError('expected bytes')")
+            exprs.append(f"len({v})")
+            tail.append(f"    blob.append({v})")
+    body.append(f"    rows += ({', '.join(exprs)},)")
+    body += tail
+    src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
+    return compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec")
+
+
+class _LazyEncoders(dict):  # type: ignore[type-arg]
+    """kind -> row encoder, built on first lookup (``d[cls]`` stays a plain dict lookup after that)."""
+
+    def __init__(self, build: Any) -> None:
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, cls: type[ev.Event]) -> Any:
+        enc = self[cls] = self._build(cls)
+        return enc
+
+
 class ChunkEncoder:
     """Turns events into chunk bytes; keeps the file-wide tables between chunks.
 
@@ -65,51 +122,15 @@ class ChunkEncoder:
         self._carry: dict[type[ev.Event], tuple[int, int]] = {}   # last (seq, t_ns) per kind
         self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
-        self._row_encoders = {cls: self._row_encoder(plan) for cls, plan in _PLANS.items()}
+        # built on a kind's first event: a trace uses a few of the 35 kinds, and binding all
+        # of them cost ~0.5 ms per file (most of an empty trace's start-up)
+        self._row_encoders = _LazyEncoders(self._row_encoder)
         self._numpy_deltas: list[tuple[int, int, int, tuple[int, int]]] = []
 
-    def _row_encoder(self, plan: _Plan) -> Any:
+    def _row_encoder(self, cls: type[ev.Event]) -> Any:
         """A generated ``enc(row, rows, items, blob)`` that appends one event's row, for the
         in-order path: straight-line code with the kind's conversions inlined."""
-        w = plan.width
-        f = [f"f{i}" for i in range(w)]
-        body = [
-            f"    {', '.join(f)}, = row",
-            "    c = carry_get(cls, zero)",
-            "    carry[cls] = (f0, f1)",
-            "    l = lids_get(id(f2))",
-            "    if l is None:",
-            "        l = loc_slow(f2)",
-        ]
-        exprs = ["f0 - c[0]", "f1 - c[1]", "l"]
-        tail = []
-        for j, slot, codec in zip(range(3, w), plan.slots, plan.schema.codecs):
-            v = f[j]
-            if slot == _S_INT:
-                exprs.append(v)
-            elif slot == _S_STR or slot == _S_ENUM:
-                fast = f"sids_get({v})" if slot == _S_STR else f"sids_get({v}._value_)"
-                check = "str" if slot == _S_STR else f"enum_{j}"
-                body += [f"    s{j} = {fast} if type({v}) is {check} else None",
-                         f"    if s{j} is None:", f"        s{j} = sid_slow({v})"]
-                exprs.append(f"s{j}")
-            elif slot == _S_BOOL:
-                exprs.append(f"as_bool({v})")
-            elif slot == _S_FLOAT:
-                exprs.append(f"float_bits({v})")
-            elif slot == _S_TUPLE_INT:
-                exprs.append(f"len({v})")
-                tail.append(f"    items += {v}")
-            elif slot == _S_VAR:
-                body.append(f"    v{j} = flat({codec!r}, {v})")
-                exprs.append(f"len(v{j})")
-                tail.append(f"    items += v{j}")
-            else:  # _S_BYTES
-                body.append(f"    if type({v}) is not bytes and type({v}) is not bytearray: raise EncodeError('expected bytes')")
-                exprs.append(f"len({v})")
-                tail.append(f"    blob.append({v})")
-        body.append(f"    rows += ({', '.join(exprs)},)")
-        body += tail
+        plan = _PLANS[cls]
         scope: dict[str, Any] = {
             "cls": plan.schema.cls, "zero": (0, 0), "carry": self._carry, "carry_get": self._carry.get,
             "lids_get": self._lids.get, "loc_slow": lambda loc: self._loc_list([loc])[0],
@@ -119,10 +140,9 @@ class ChunkEncoder:
         for j, slot, codec, _name in plan.convert:
             if slot == _S_ENUM:
                 scope[f"enum_{j}"] = ENUMS[codec[5:]]
-        code = _ROW_ENCODER_CODE.get(plan.schema.cls)
+        code = _ROW_ENCODER_CODE.get(cls)
         if code is None:  # compiled once per kind; each encoder binds its own tables
-            src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
-            code = _ROW_ENCODER_CODE[plan.schema.cls] = compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec")
+            code = _ROW_ENCODER_CODE[cls] = _row_encoder_code(plan)
         exec(code, scope)  # noqa: S102 - our own generated code
         return scope["enc"]
 
