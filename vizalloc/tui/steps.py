@@ -78,17 +78,17 @@ class Prescan:
         steps = self.steps
         graph_nodes = self.graph_nodes
         # exact class tests: the common kinds (NodeCompute, PlanAlloc ...) fall through fast
-        t_plan, t_end, t_bind, t_reset, t_cb, t_ce, t_replan, t_gx, t_gc = (
+        t_plan, t_end, t_bind, t_reset, t_cb, t_ce, t_replan, t_gx, t_gc, t_gclear = (
             ev.PlanBegin, ev.PlanEnd, ev.BindingBegin, ev.SchedReset, ev.ComputeBegin, ev.ComputeEnd,
-            ev.Replan, ev.GraphExpanded, ev.GraphCreated)
-        interesting = {t_plan, t_end, t_bind, t_reset, t_cb, t_ce, t_replan, t_gx, t_gc}
+            ev.Replan, ev.GraphExpanded, ev.GraphCreated, ev.GraphCleared)
+        interesting = {t_plan, t_end, t_bind, t_reset, t_cb, t_ce, t_replan, t_gx, t_gc, t_gclear}
         for e in events:
             cls = type(e)
             if cls not in interesting:
                 continue
             if cls is t_gx:
                 graph_nodes[e.graph_id] = graph_nodes.get(e.graph_id, 0) + len(e.nodes)
-            elif cls is t_gc:
+            elif cls is t_gc or cls is t_gclear:  # a cleared graph is refilled from zero
                 graph_nodes[e.graph_id] = 0
             elif cls is t_cb:
                 s = Step(e.seq, StepKind.COMPUTE, e.compute_id, e.graph_id, e.n_nodes,

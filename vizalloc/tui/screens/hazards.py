@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from vizalloc.analysis.hazards import Hazard
+from vizalloc.analysis.hazards import Hazard, HazardKind
 from vizalloc.tui.inert import inert
 from vizalloc.tui.screens.base import PaneScreen
 from vizalloc.tui.widgets.table import Column, VirtualTable
@@ -83,6 +83,8 @@ class HazardsScreen(PaneScreen):
         index = [i for i, h in enumerate(a.hazards)
                  if not needle or needle in " ".join((h.kind.value, h.tensor.name if h.tensor else "",
                                                       h.other.name if h.other else "", h.cause)).lower()]
+        # errors first, then warnings (re-plans), each group in the analysis' order, as `vizalloc check` prints them
+        index.sort(key=lambda i: a.hazards[i].kind is HazardKind.REPLAN)
         self.table.set_source(HazardsSource(a.hazards, index))
         kinds: dict[str, int] = {}
         for h in a.hazards:
