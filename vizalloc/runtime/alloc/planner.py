@@ -101,63 +101,6 @@ class Plan:
         return [None if not self.hasrec[k] else self._rec(k) for k in self.leaf_k]
 
 
-def plain_alloc_size(buft: BufferType) -> bool:
-    """True when ``buft.alloc_size(t)`` is just ``t.nbytes`` (the planner may then cache sizes)."""
-    return type(buft).alloc_size is BufferType.alloc_size and getattr(buft, "_alloc_size", 1) is None
-
-
-class Plan:
-    """The plan recorded by the last reserve (ggml's ``node_allocs`` / ``leaf_allocs``).
-
-    Records are kept as the planner's flat lists (tensor index per position, and the
-    final planner state per tensor index) so recording costs nothing per position.
-    """
-
-    __slots__ = ("plan_id", "graph_id", "n_nodes", "n_leafs", "node_k", "node_src", "leaf_k",
-                 "bid", "chk", "off", "size", "hasrec", "chunk_sizes")
-
-    def __init__(self, plan_id: int, graph_id: int, node_k: list[int], node_src: list[list[int]],
-                 leaf_k: list[int], bid: list[int], chk: list[int], off: list[int], size: list[int],
-                 hasrec: list[bool], chunk_sizes: list[list[int]]) -> None:
-        self.plan_id = plan_id
-        self.graph_id = graph_id
-        self.n_nodes = len(node_k)
-        self.n_leafs = len(leaf_k)
-        self.node_k = node_k
-        self.node_src = node_src
-        self.leaf_k = leaf_k
-        self.bid = bid
-        self.chk = chk
-        self.off = off
-        self.size = size
-        self.hasrec = hasrec
-        self.chunk_sizes = chunk_sizes
-
-    def _rec(self, k: int) -> Record:
-        if k < 0 or not self.hasrec[k]:
-            return INVALID
-        return (self.bid[k], self.chk[k], self.off[k], self.size[k])
-
-    def dst(self, i: int) -> Record:
-        """Record of node position ``i``."""
-        return self._rec(self.node_k[i])
-
-    def src(self, i: int, j: int) -> Record:
-        """Record of source slot ``j`` of node position ``i`` (invalid for an empty slot)."""
-        srcs = self.node_src[i]
-        return self._rec(srcs[j]) if j < len(srcs) else INVALID
-
-    def leaf(self, i: int) -> Record:
-        return self._rec(self.leaf_k[i])
-
-    def node_records(self) -> list[Record | None]:
-        """Each node's own record, None where ggml records "invalid" (views, data)."""
-        return [None if not self.hasrec[k] else self._rec(k) for k in self.node_k]
-
-    def leaf_records(self) -> list[Record | None]:
-        return [None if not self.hasrec[k] else self._rec(k) for k in self.leaf_k]
-
-
 def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[DynAllocator],  # noqa: C901
                node_ids: list[int], leaf_ids: list[int], plain: bool) -> Plan:
     """Plan ``graph`` (ggml_gallocr_alloc_graph_impl) with fresh ``dyn`` allocators; returns the records.
