@@ -5,7 +5,7 @@ Tensor names are data, written by whoever built the graph: they may hold quotes,
 kilobytes of text. Every exporter passes them through this module, never through an
 f-string alone. The rules, per target:
 
-* :func:`printable` first: control and format characters (``\\n``, ``\\x00``,
+* :func:`printable` first (the TUI's ``vizalloc.tui.inert`` uses it too): control and format characters (``\\n``, ``\\x00``,
   U+202E) and lone surrogates become visible ``\\xNN``/``\\uNNNN`` escapes, and long
   names are cut with an ellipsis. What is left is printable text.
 * DOT HTML-like labels (:func:`dot_html`): ``& < > " '`` become entities and every
@@ -67,15 +67,14 @@ def printable(text: str, max_chars: int | None = None) -> str:
     Returns:
         Text made only of printable characters (spaces included).
     """
-    out: list[str] = []
-    for ch in text:
-        if ch == " " or (ch.isascii() and ch.isprintable()):
-            out.append(ch)
-        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
-            out.append(_visible(ch))
-        else:
-            out.append(ch)
-    s = "".join(out)
+    s = text
+    # plain ASCII (nearly every name) needs no per-character look-up
+    if not (s.isascii() and s.isprintable()):
+        s = "".join(
+            ch if (ch.isascii() and ch.isprintable()) or unicodedata.category(ch) not in _UNSAFE_CATEGORIES
+            else _visible(ch)
+            for ch in s
+        )
     if max_chars is not None and len(s) > max_chars:
         s = s[: max(max_chars - 1, 0)] + ELLIPSIS
     return s

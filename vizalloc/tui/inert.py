@@ -17,45 +17,20 @@ that the TUI shows goes through :func:`inert` (a ``str``) or :func:`inert_text`
 
 from __future__ import annotations
 
-import unicodedata
-
 from rich.text import Text
 
-ELLIPSIS = "\u2026"
-
-# Control (Cc), format (Cf: bidi overrides, zero-width), surrogates (Cs), private use
-# (Co), unassigned (Cn) and line/paragraph separators never reach the terminal raw.
-_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(ch: str) -> str:
-    named = _NAMED.get(ch)
-    if named is not None:
-        return named
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
+from vizalloc.export.escape import printable
 
 
 def inert(text: object, max_chars: int | None = None) -> str:
     """``text`` as printable characters only, cut to ``max_chars`` with an ellipsis.
 
     Unsafe characters become visible escapes (``\\n``, ``\\x1b``, ``\\u202e``); everything
-    else, including non-ASCII letters and wide characters, is kept as it is.
+    else, including non-ASCII letters and wide characters, is kept as it is. The rule is
+    the exporters' (:func:`vizalloc.export.escape.printable`), so a name reads the same on
+    screen as in a DOT or SVG file.
     """
-    s = str(text)
-    if not (s.isascii() and s.isprintable()):
-        s = "".join(
-            ch if (ch.isascii() and ch.isprintable()) or unicodedata.category(ch) not in _UNSAFE else _escape(ch)
-            for ch in s
-        )
-    if max_chars is not None and len(s) > max_chars:
-        s = s[: max(max_chars - 1, 0)] + ELLIPSIS
-    return s
+    return printable(str(text), max_chars)
 
 
 def inert_text(text: object, style: str = "", max_chars: int | None = None) -> Text:
