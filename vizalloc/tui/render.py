@@ -21,6 +21,7 @@ from typing import Any
 
 from rich.cells import cell_len, set_cell_size
 
+from vizalloc.export.units import fmt_bytes
 from vizalloc.tui.inert import inert
 from vizalloc.tui.mapdata import Block, Panel
 
@@ -38,18 +39,6 @@ FREE_CHAR = "\u00b7"       # ·
 GUTTER = 11                # width of the offset column (10 digits and a rule)
 
 Run = tuple[str, str]
-
-
-def fmt_bytes(nbytes: int) -> str:
-    """Bytes in binary units: ``48 B``, ``1.5 KiB``."""
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    value = float(nbytes)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024.0
-        if value < 1024.0 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    return f"{nbytes} B"
 
 
 def block_style(b: Block) -> str:

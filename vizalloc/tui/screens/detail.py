@@ -14,10 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Static
 
+from vizalloc.export.units import fmt_bytes
 from vizalloc.tui.widgets.keys_bar import KeysBar
 from vizalloc.tui.history import HistoryView
 from vizalloc.tui.inert import inert
-from vizalloc.tui.render import fmt_bytes, loc_text
+from vizalloc.tui.render import loc_text
 from vizalloc.tui.tensors import shape_text
 from vizalloc.tui.widgets.table import Column, VirtualTable
 

@@ -15,8 +15,9 @@ from textual import on
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
 
+from vizalloc.export.units import fmt_bytes
 from vizalloc.tui.inert import inert
-from vizalloc.tui.render import fmt_bytes, loc_text
+from vizalloc.tui.render import loc_text
 from vizalloc.tui.screens.base import PaneScreen
 from vizalloc.tui.steps import Step, StepKind
 from vizalloc.tui.widgets.table import Column, VirtualTable
