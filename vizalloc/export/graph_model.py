@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from vizalloc.analysis.model import PlacementState, TraceModel
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
+from vizalloc.export.units import trimmed_shape
 from vizalloc.trace import events as ev
 
 TensorId = int
@@ -309,17 +310,10 @@ def _node(model: TraceModel, tid: TensorId, role: NodeRole, cut: int, skipped: b
     return GNode(
         key=tensor_key(tid), tensor_id=tid, name=info.label if info is not None else f"#{tid}",
         op=info.op if info is not None else "?", dtype=info.dtype if info is not None else "?",
-        shape=_shape(info.ne) if info is not None else (), role=role,
+        shape=trimmed_shape(info.ne) if info is not None else (), role=role,
         buffer_id=p.buffer_id if p is not None else -1,
         backend=buf.backend if buf is not None else "",
         offset=p.offset if p is not None else -1, nbytes=p.nbytes if p is not None else 0,
         placed_by=p.by.value if p is not None else "", placed_binding=p.binding_id if p is not None else -1,
         flags=info.flags if info is not None else 0, stale=stale, hazards=hazards, split=split,
     )
-
-
-def _shape(ne: tuple[int, ...]) -> tuple[int, ...]:
-    dims = list(ne)
-    while len(dims) > 1 and dims[-1] == 1:
-        dims.pop()
-    return tuple(dims)

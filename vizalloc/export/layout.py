@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from vizalloc.analysis import liveness
-from vizalloc.analysis.model import PlacementState, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.placed import placed_roots
 from vizalloc.analysis.quality import plan_quality
 from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
-from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape
+from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape, trimmed_shape
 
 PANEL_WIDTH = 1000
 PANEL_HEIGHT = 360
@@ -133,30 +133,13 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
     binding = model.bindings.get(sel.binding_id)
     snap = binding.graph if binding is not None and binding.graph is not None else model.graphs[sel.graph_id].snapshot()
     n = snap.n_nodes
-    spans = liveness.graph_spans(model, snap)
-    plan = model.plans.get(sel.plan_id)
-    planned = {d.tensor_id for d in plan.allocs} if plan is not None else set()
-    externals = {d.tensor_id for d in plan.externals} if plan is not None else set()
-
     by_buffer: dict[int, list[Block]] = {}
-    for root, (first, last) in spans.items():
-        p = model.placement_at(root, cut)
-        info = model.tensors.get(root)
-        if p is None or info is None:
-            continue
-        state = model.placement_state(p, cut)
-        stale = ""
-        if state is PlacementState.DANGLING:
-            stale = f"dangling: buffer #{p.buffer_id} was freed"
-        elif state is PlacementState.STALE and (root in externals or plan is None):
-            stale = f"stale: placed by binding #{p.binding_id}, then {p.stale_reason or 'stale'}"
-        shape = list(info.ne)
-        while len(shape) > 1 and shape[-1] == 1:
-            shape.pop()
-        last_step = first if last is None else last
-        by_buffer.setdefault(p.buffer_id, []).append(Block(
-            root, info.label, info.op, info.dtype, tuple(shape), p.offset, p.nbytes, first, last_step,
-            root in planned and not stale, stale, p.by.value, p.binding_id))
+    for buffer_id, roots in placed_roots(model, snap, sel.plan_id, cut).items():
+        by_buffer[buffer_id] = [
+            Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, trimmed_shape(r.info.ne), r.placement.offset,
+                  r.placement.nbytes, r.first, r.last, r.planned, r.stale_note(), r.placement.by.value,
+                  r.placement.binding_id)
+            for r in roots]
 
     shown = [h for h in highlights if h.tensor_id >= 0 and h.other_id >= 0
              and (h.binding_id < 0 or sel.binding_id < 0 or h.binding_id == sel.binding_id)]

@@ -4,9 +4,13 @@
     ('48 B', '1.5 KiB', '3.0 MiB')
     >>> fmt_range(0, 256)
     '[0, 256)'
+    >>> fmt_shape(trimmed_shape((16, 8, 1, 1)))
+    '[16, 8]'
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 def fmt_bytes(nbytes: int) -> str:
@@ -26,5 +30,13 @@ def fmt_range(offset: int, end: int) -> str:
     return f"[{offset}, {end})"
 
 
-def fmt_shape(shape: tuple[int, ...]) -> str:
+def fmt_shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def trimmed_shape(ne: Sequence[int]) -> tuple[int, ...]:
+    """A tensor's ``ne`` without trailing 1s (at least one dimension kept)."""
+    dims = list(ne)
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return tuple(dims)

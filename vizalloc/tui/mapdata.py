@@ -3,7 +3,8 @@
 A block is a memory root's bytes ``[offset, end)`` over its live range in the graph
 (``first``..``last``, node indices; -1 is "before the first node", ``n`` "kept to the
 end"), from :func:`vizalloc.analysis.liveness.graph_spans` (the rule checked against
-real ggml). Placements are taken right after the binding. A block is *stale* when the
+real ggml), collected by :func:`vizalloc.analysis.placed.placed_roots` as for the SVG
+layout diagram. Placements are taken right after the binding. A block is *stale* when the
 plan skipped it as external while its placement was left over from an earlier binding,
 *dangling* when its buffer was freed. Two blocks *overlap* when they share bytes and
 are both live (ggml's ``both_live``): with a correct plan that never happens, so every
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vizalloc.analysis import liveness
-from vizalloc.analysis.model import NEVER, PlacementState, TraceModel
+from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.placed import placed_roots
 from vizalloc.tui.tensors import shape_text
 
 
@@ -134,31 +136,16 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
     cut = b.end_seq if b.end_seq != NEVER else (model.events[-1].seq if model.events else 0)
     snap = b.graph if b.graph is not None else model.graphs[b.graph_id].snapshot()
     n = snap.n_nodes
-    spans = liveness.graph_spans(model, snap)
-    plan = model.plans.get(b.plan_id)
-    planned = {d.tensor_id for d in plan.allocs} if plan is not None else set()
-    externals = {d.tensor_id for d in plan.externals} if plan is not None else set()
-    by_buffer: dict[int, list[Block]] = {}
-    for root, (first, last) in spans.items():
-        p = model.placement_at(root, cut)
-        info = model.tensors.get(root)
-        if p is None or info is None:
-            continue
-        state = model.placement_state(p, cut)
-        stale = ""
-        if state is PlacementState.DANGLING:
-            stale = f"dangling: buffer #{p.buffer_id} was freed"
-        elif state is PlacementState.STALE and (root in externals or plan is None):
-            stale = f"stale: placed by binding #{p.binding_id}, then {p.stale_reason or 'made stale'}"
-        by_buffer.setdefault(p.buffer_id, []).append(Block(
-            root, info.name if info.name else f"#{root}", info.op, info.dtype, shape_text(info.ne), p.offset,
-            p.nbytes, first, first if last is None else last, stale, p.by.value, p.binding_id,
-            root in planned and not stale))
+    by_buffer = placed_roots(model, snap, b.plan_id, cut)
     panels = []
     for buffer_id in sorted(by_buffer):
         buf = model.buffers.get(buffer_id)
         title = (f"buffer #{buffer_id} {buf.backend} {buf.usage}" if buf is not None else f"buffer #{buffer_id}")
-        panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, by_buffer[buffer_id])
+        blocks = [Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, shape_text(r.info.ne), r.placement.offset,
+                        r.placement.nbytes, r.first, r.last, r.stale_note(), r.placement.by.value,
+                        r.placement.binding_id, r.planned)
+                  for r in by_buffer[buffer_id]]
+        panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks)
         panel.overlaps = find_overlaps(panel.blocks)
         panels.append(panel)
     return BindingMap(binding_id, b.graph_id, b.plan_id, n, panels, cut)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.export.units import fmt_shape, trimmed_shape
 from vizalloc.trace import events as ev
 
 
@@ -72,10 +73,7 @@ SORT_KEYS = {
 
 def shape_text(ne: Sequence[int]) -> str:
     """``[16, 8]``: the shape without trailing 1s."""
-    dims = list(ne)
-    while len(dims) > 1 and dims[-1] == 1:
-        dims.pop()
-    return "[" + ", ".join(str(d) for d in dims) + "]"
+    return fmt_shape(trimmed_shape(ne))
 
 
 def stale_tensors(model: TraceModel) -> set[int]:
