@@ -14,12 +14,14 @@ widgets turn those into strips.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.cells import cell_len, set_cell_size
+from rich.style import Style
 
 from vizalloc.export.units import fmt_bytes
 from vizalloc.tui.inert import inert
@@ -39,6 +41,12 @@ FREE_CHAR = "\u00b7"       # ·
 GUTTER = 11                # width of the offset column (10 digits and a rule)
 
 Run = tuple[str, str]
+
+
+@functools.cache
+def parsed_style(style: str) -> Style:
+    """A style string of a run, parsed once (the widgets ask for every segment they draw)."""
+    return Style.parse(style) if style else Style()
 
 
 def block_style(b: Block) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.segment import Segment
-from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -24,18 +23,8 @@ from textual.widget import Widget
 from vizalloc.tui.mapdata import Block, Panel
 from vizalloc.tui.render import (
     GUTTER, STYLE_HEADER, Collision, MapGeometry, cell_blocks, collisions, fit_bytes_per_row, fit_step_width,
-    gutter, header_row, map_row,
+    gutter, header_row, map_row, parsed_style,
 )
-
-_STYLES: dict[str, Style] = {}
-
-
-def _style(text: str) -> Style:
-    s = _STYLES.get(text)
-    if s is None:
-        s = _STYLES[text] = Style.parse(text) if text else Style()
-    return s
-
 
 class MemoryMap(Widget, can_focus=True):
     """A zoomable offset x step grid of one buffer of one bound graph."""
@@ -230,13 +219,13 @@ class MemoryMap(Widget, can_focus=True):
         ncols = max(width - GUTTER, 0)
         if y == 0:
             text = " " * GUTTER + header_row(self.geom, self.left, ncols)
-            return Strip([Segment(text, _style(STYLE_HEADER))], width)
+            return Strip([Segment(text, parsed_style(STYLE_HEADER))], width)
         row = self.top + y - 1
         if row >= self.geom.n_rows(panel.top):
             return Strip.blank(width)
         runs = map_row(panel, self.geom, row, self.left, min(ncols, max(self.geom.n_cols - self.left, 0)),
                        cursor=(self.cursor_row, self.cursor_col), selected=self.selected,
                        collision_list=self._collisions)
-        segments = [Segment(gutter(self.geom, row, panel.top), _style(STYLE_HEADER))]
-        segments.extend(Segment(text, _style(style)) for text, style in runs)
+        segments = [Segment(gutter(self.geom, row, panel.top), parsed_style(STYLE_HEADER))]
+        segments.extend(Segment(text, parsed_style(style)) for text, style in runs)
         return Strip(segments).adjust_cell_length(width)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from rich.segment import Segment
-from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -23,7 +22,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
 
-from vizalloc.tui.render import fit_cell
+from vizalloc.tui.render import fit_cell, parsed_style
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +57,17 @@ class EmptySource:
         return ""
 
 
-_STYLES: dict[str, Style] = {}
+class RowMessage(Message):
+    """A message about one row of a table (the base of :class:`VirtualTable`'s messages)."""
 
+    def __init__(self, table: VirtualTable, row: int) -> None:
+        super().__init__()
+        self.table = table
+        self.row = row
 
-def _style(text: str) -> Style:
-    s = _STYLES.get(text)
-    if s is None:
-        s = _STYLES[text] = Style.parse(text) if text else Style()
-    return s
+    @property
+    def control(self) -> VirtualTable:
+        return self.table
 
 
 class VirtualTable(Widget, can_focus=True):
@@ -95,29 +97,11 @@ class VirtualTable(Widget, can_focus=True):
     cursor: reactive[int] = reactive(0, init=False, always_update=True)
     """The row under the cursor (0 when the table is empty)."""
 
-    class Highlighted(Message):
+    class Highlighted(RowMessage):
         """The cursor moved to ``row`` (handled as ``on_virtual_table_highlighted``)."""
 
-        def __init__(self, table: VirtualTable, row: int) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
-
-    class Selected(Message):
+    class Selected(RowMessage):
         """Enter or a double click on ``row`` (handled as ``on_virtual_table_selected``)."""
-
-        def __init__(self, table: VirtualTable, row: int) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
@@ -214,15 +198,15 @@ class VirtualTable(Widget, can_focus=True):
         widths = self._widths(width)
         if y == 0:
             header = self._line([c.label for c in self.source.columns], widths, width)
-            return Strip([Segment(header, _style("bold reverse"))], width)
+            return Strip([Segment(header, parsed_style("bold reverse"))], width)
         row = self.top + y - 1
         n = len(self.source)
         if row >= n:
             if n == 0 and y == 1:
-                return Strip([Segment(fit_cell("  (nothing to show)", width), _style("dim"))], width)
+                return Strip([Segment(fit_cell("  (nothing to show)", width), parsed_style("dim"))], width)
             return Strip.blank(width)
         text = self._line(self.source.cells(row), widths, width)
         style = self.source.style(row)
         if row == self.cursor:
             style = (style + (" reverse bold" if self.has_focus else " on #303030")).strip()
-        return Strip([Segment(text, _style(style))], width)
+        return Strip([Segment(text, parsed_style(style))], width)
