@@ -18,6 +18,7 @@ graph onto another backend, made in ggml's order so the copy's offsets match ggm
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,18 @@ def graph_copy(backend: Backend, graph: Graph) -> GraphCopy:
     return GraphCopy(buffer, ctx_alloc, ctx_unalloc, out)
 
 
+def _enter_next_src(srcs: Sequence[Tensor | None], k: int, enter: Callable[[Tensor], bool]) -> tuple[int, bool]:
+    """One step of a frame's walk over its sources: ``enter`` the first source from slot ``k``
+    on that it accepts. Returns the slot to resume from and whether one was entered (the
+    recursive ggml function would descend into it now)."""
+    while k < len(srcs):
+        s = srcs[k]
+        k += 1
+        if s is not None and enter(s):
+            return k, True
+    return k, False
+
+
 def _dup_preorder(root: Tensor, copies: dict[int, Tensor], ctx_alloc: Context, ctx_unalloc: Context) -> None:
     """``graph_copy_dup_tensor`` without recursion: frames are [src, copy, next slot]."""
     seen_or_done = copies  # a tensor is in ``copies`` once finished; ``entered`` covers the rest
@@ -181,15 +194,8 @@ def _dup_preorder(root: Tensor, copies: dict[int, Tensor], ctx_alloc: Context, c
                 src.type, src.ne, copies[src.view_src.id], src.view_offs, nb=src.nb,  # type: ignore[union-attr]
                 op=src.op, op_params=src.op_params, name=src.name, copy_of=src,
             )
-        k, srcs = frame[2], src.src
-        pushed = False
-        while k < len(srcs):
-            s = srcs[k]
-            k += 1
-            if s is not None and enter(s):
-                pushed = True
-                break
-        frame[2] = k
+        srcs = src.src
+        frame[2], pushed = _enter_next_src(srcs, frame[2], enter)
         if pushed:
             continue
         frames.pop()
@@ -231,14 +237,6 @@ def _init_preorder(root: Tensor, copies: dict[int, Tensor], inited: set[int]) ->
                 view_init(dst)
             else:
                 tensor_copy(src, dst)
-        k, srcs = frame[1], src.src
-        pushed = False
-        while k < len(srcs):
-            s = srcs[k]
-            k += 1
-            if s is not None and enter(s):
-                pushed = True
-                break
-        frame[1] = k
+        frame[1], pushed = _enter_next_src(src.src, frame[1], enter)
         if not pushed:
             frames.pop()
