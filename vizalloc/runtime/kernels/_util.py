@@ -102,23 +102,20 @@ def split_for_tiling(big: tuple[int, ...], small: tuple[int, ...]) -> tuple[tupl
     ``(big / small, small)`` for ``big`` and ``(1, small)`` for ``small``. None when plain
     broadcasting already agrees.
     """
-    b_out: list[int] = []
-    s_out: list[int] = []
-    plain = True
-    for nb, ns in zip(big, small):
-        if ns == nb or ns == 1:
-            b_out.append(nb)
-            s_out.append(ns)
-        else:
-            b_out += [nb // ns, ns]
-            s_out += [1, ns]
-            plain = False
-    return None if plain else (tuple(b_out), tuple(s_out))
+    return _split_axes(big, small, repeat_outer=True)
 
 
 def split_for_blocks(big: tuple[int, ...], small: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Like ``split_for_tiling`` but for ggml's *block* broadcast of mul_mat / out_prod
     (``i_small = i_big / (ne_big / ne_small)``): axes split into ``(small, big / small)``."""
+    return _split_axes(big, small, repeat_outer=False)
+
+
+def _split_axes(big: tuple[int, ...], small: tuple[int, ...],
+                repeat_outer: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Split every axis where ``small`` neither equals ``big`` nor is 1 into a repeat axis
+    (size ``big / small``; 1 for ``small``) and an axis of ``small``'s size, the repeat
+    axis outside (tiling) or inside (blocks). None when no axis needs splitting."""
     b_out: list[int] = []
     s_out: list[int] = []
     plain = True
@@ -126,6 +123,10 @@ def split_for_blocks(big: tuple[int, ...], small: tuple[int, ...]) -> tuple[tupl
         if ns == nb or ns == 1:
             b_out.append(nb)
             s_out.append(ns)
+        elif repeat_outer:
+            b_out += [nb // ns, ns]
+            s_out += [1, ns]
+            plain = False
         else:
             b_out += [ns, nb // ns]
             s_out += [ns, 1]
