@@ -12,9 +12,12 @@ runtime builds no event at all, so tracing costs nothing when off.
 
 This is the hot path of tracing, so it is written for speed: events are built with
 the kinds' fast constructors (``schema.fast_constructor``: same objects, half the
-cost of the dataclass ``__init__``), and source lines are found with a per-code-object
-cache keyed by ``id(code)`` (hashing a code object is slow). A forked child starts
-with no recorder: it must not write into its parent's trace file.
+cost of the dataclass ``__init__``); source lines are found with a per-code-object
+table keyed by ``id(code)`` (hashing a code object is slow) and, for the user's code,
+by instruction offset (``f_lasti`` is a field, ``f_lineno`` a line-table scan); and the
+location seen from an executing vizalloc frame is remembered (``_loc_cache``), so the
+many events of one runtime call (a plan: one per tensor) walk the stack once. A
+forked child starts with no recorder: it must not write into its parent's trace file.
 """
 
 from __future__ import annotations
@@ -61,10 +64,26 @@ _capturing = False
 _seq = 0
 _perf_counter_ns = time.perf_counter_ns
 _getframe = sys._getframe
-# id(code) -> None for vizalloc's own code, else {line: Location} for a user's code object;
-# the code objects are kept alive in _code_keep so their ids stay unique.
-_code_lines: dict[int, dict[int, Location] | None] = {}
+#: What a code object is, by ``id(code)``: ``_INTERNAL`` (vizalloc's own code),
+#: ``_INTERNAL_RESUMABLE`` (vizalloc's own generator or coroutine), or for a user's code
+#: object a dict ``{f_lasti: Location}``. The code objects are kept alive in
+#: ``_code_keep`` so their ids stay unique.
+_INTERNAL, _INTERNAL_RESUMABLE = "internal", "internal generator"   # compared by identity
+_code_lines: dict[int, dict[int, Location] | str] = {}
 _code_keep: list[Any] = []
+#: One ``Location`` object per (file, line, function): the file writer interns by identity.
+_interned: dict[Location, Location] = {}
+_RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+#: The location cache: ``(f1, loc1, f2, loc2)``, two frames of vizalloc's own code that are
+#: still executing, with the user's location seen from them. ``f1`` is the last frame that
+#: emitted (a planner loop emits many events from one frame), ``f2`` the outermost vizalloc
+#: frame of that walk (the public call the user made, e.g. ``Scheduler.alloc_graph``). While
+#: a frame executes, every frame outside it waits in a call, so their lines cannot change:
+#: the location seen from it is fixed. Frames are compared by identity and held by this
+#: tuple, so a new call can never be taken for a cached one; generator and coroutine frames
+#: are never cached (their callers change between resumptions). Cleared when the last
+#: recorder goes, so no frame outlives a trace.
+_loc_cache: tuple[Any, Location | None, Any, Location | None] = (None, None, None, None)
 _new: dict[type[Event], Callable[..., Event]] = {cls: s.new for cls, s in SCHEMA.items()}
 _arity: dict[type[Event], int] = {cls: len(s.fields) for cls, s in SCHEMA.items()}
 
@@ -80,13 +99,15 @@ def capturing_values() -> bool:
 
 
 def _set(recs: tuple[Recorder, ...]) -> None:
-    global _recorders, _sinks, _row_sinks, _row_sink, _capturing
+    global _recorders, _sinks, _row_sinks, _row_sink, _capturing, _loc_cache
     _sinks = tuple(r.record for r in recs)
     rows = tuple(getattr(r, "record_row", None) for r in recs)
     _row_sinks = rows if rows and all(f is not None for f in rows) else ()  # type: ignore[assignment]
     _row_sink = _row_sinks[0] if len(_row_sinks) == 1 else None
     _capturing = any(r.capture_values for r in recs)
     _recorders = recs
+    if not recs:
+        _loc_cache = (None, None, None, None)
 
 
 def push(rec: Recorder) -> None:
@@ -101,33 +122,66 @@ def pop(rec: Recorder) -> None:
         _set(tuple(r for r in _recorders if r is not rec))
 
 
-def _lines_of(code: Any) -> dict[int, Location] | None:
+def _lines_of(code: Any) -> dict[int, Location] | str:
     filename = code.co_filename
     internal = (filename.startswith(_PACKAGE_DIR) and not filename.startswith(_USER_DIRS)) \
         or filename.startswith("<frozen ")
-    lines: dict[int, Location] | None = None if internal else {}
+    lines: dict[int, Location] | str = {}
+    if internal:
+        lines = _INTERNAL_RESUMABLE if code.co_flags & _RESUMABLE else _INTERNAL
     _code_keep.append(code)
     _code_lines[id(code)] = lines
     return lines
 
 
-def _locate(frame: Any) -> Location | None:
-    """The first frame from ``frame`` outward that is not vizalloc's own code."""
+def _user_loc(frame: Any, code: Any, lines: dict[int, Location]) -> Location:
+    """The interned location of a user frame's current line, cached by instruction offset
+    (``f_lineno`` scans the line table, ``f_lasti`` is a field)."""
+    lasti = frame.f_lasti
+    loc = lines.get(lasti)
+    if loc is None:
+        loc = Location(code.co_filename, frame.f_lineno, code.co_name)
+        loc = lines[lasti] = _interned.setdefault(loc, loc)
+    return loc
+
+
+def _walk(frame: Any) -> Location | None:
+    """The user's location seen from ``frame`` (an executing frame), using and refreshing
+    the location cache (``emit`` inlines the same code)."""
+    global _loc_cache
+    cache = _loc_cache
+    if frame is cache[0]:
+        return cache[1]
+    first = frame
+    outer = None
+    f2 = cache[2]
     while frame is not None:
+        if frame is f2:
+            loc = cache[3]
+            break
         code = frame.f_code
-        try:
-            lines = _code_lines[id(code)]
-        except KeyError:
-            lines = _lines_of(code)
+        lines = _code_lines.get(id(code))
         if lines is None:
-            frame = frame.f_back
-            continue
-        lineno = frame.f_lineno
-        loc = lines.get(lineno)
-        if loc is None:
-            loc = lines[lineno] = Location(code.co_filename, lineno, code.co_name)
-        return loc
-    return None
+            lines = _lines_of(code)
+        if lines.__class__ is dict:  # the user's code
+            loc = lines.get(frame.f_lasti)  # type: ignore[union-attr]
+            if loc is None:
+                loc = _user_loc(frame, code, lines)  # type: ignore[arg-type]
+            break
+        outer = frame if lines is _INTERNAL else None
+        frame = frame.f_back
+    else:
+        loc = None
+    # The caller is vizalloc's own code, and not just a function the user called (a new frame
+    # per call, like Tensor.set_name: remembering it would cost more than it saves):
+    # remember what was found.
+    if first is not frame and first is not outer:
+        c1 = first if _code_lines[id(first.f_code)] is _INTERNAL else None
+        if outer is None or (frame is f2 and f2 is not None):  # keep the cached outer pair
+            _loc_cache = (c1, loc, f2, cache[3])
+        else:
+            _loc_cache = (c1, loc, outer, loc)
+    return loc
 
 
 def user_location(depth: int = 2) -> Location | None:
@@ -139,7 +193,7 @@ def user_location(depth: int = 2) -> Location | None:
         frame = _getframe(depth)
     except ValueError:
         return None
-    return _locate(frame)
+    return _walk(frame)
 
 
 _NOT_GIVEN: Any = object()
@@ -159,52 +213,76 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         The event, or None when nothing is recording or every recorder takes rows
         (see ``Recorder``; runtime code never needs the event back).
     """
-    global _seq
+    global _seq, _loc_cache
+    if loc is _NOT_GIVEN:
+        if not _sinks:
+            return None  # (nothing records: never touch the cache)
+        # _walk, inlined: this runs for every event
+        frame: Any = _getframe(1)
+        cache = _loc_cache  # read once: another thread may replace it
+        if frame is cache[0]:
+            loc = cache[1]
+        else:
+            first = frame
+            outer = None
+            f2 = cache[2]
+            while frame is not None:
+                if frame is f2:
+                    loc = cache[3]
+                    break
+                code = frame.f_code
+                lines = _code_lines.get(id(code))
+                if lines is None:
+                    lines = _lines_of(code)
+                if lines.__class__ is dict:  # the user's code
+                    loc = lines.get(frame.f_lasti)
+                    if loc is None:
+                        loc = _user_loc(frame, code, lines)
+                    break
+                outer = frame if lines is _INTERNAL else None
+                frame = frame.f_back
+            else:
+                loc = None
+            if first is not frame and first is not outer:  # remember what this walk found (see _loc_cache)
+                c1 = first if _code_lines[id(first.f_code)] is _INTERNAL else None
+                if outer is None or (frame is f2 and f2 is not None):
+                    _loc_cache = (c1, loc, f2, cache[3])
+                else:
+                    _loc_cache = (c1, loc, outer, loc)
+    sink = _row_sink
+    if sink is not None and _arity.get(cls) == len(payload):  # the usual case: one trace
+        lock = _lock
+        lock.acquire()  # (cheaper than ``with``)
+        try:
+            _seq = seq = _seq + 1
+            sink(cls, (seq, _perf_counter_ns(), loc, *payload))
+        finally:
+            lock.release()
+        return None
     sinks = _sinks
     if not sinks:
         return None
-    if loc is _NOT_GIVEN:
-        # _locate, inlined: this runs for every event
-        frame: Any = _getframe(1)
-        while frame is not None:
-            code = frame.f_code
-            try:
-                lines = _code_lines[id(code)]
-            except KeyError:
-                lines = _lines_of(code)
-            if lines is None:
-                frame = frame.f_back
-                continue
-            lineno = frame.f_lineno
-            loc = lines.get(lineno)
-            if loc is None:
-                loc = lines[lineno] = Location(code.co_filename, lineno, code.co_name)
-            break
-        else:
-            loc = None
     if _row_sinks and _arity.get(cls) == len(payload):
         with _lock:
             _seq = seq = _seq + 1
             row = (seq, _perf_counter_ns(), loc, *payload)
-            if _row_sink is not None:  # the usual case: one trace
-                _row_sink(cls, row)
-            else:
-                for row_sink in _row_sinks:
-                    row_sink(cls, row)
+            for row_sink in _row_sinks:
+                row_sink(cls, row)
         return None
     new = _new.get(cls, cls)
     with _lock:
         _seq = seq = _seq + 1
         event = new(seq, _perf_counter_ns(), loc, *payload)
-        for sink in sinks:
-            sink(event)
+        for sink_ in sinks:
+            sink_(event)
     return event
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _recorders, _sinks, _row_sinks, _row_sink, _capturing
+    global _lock, _recorders, _sinks, _row_sinks, _row_sink, _capturing, _loc_cache
     _lock = threading.Lock()  # another thread may have held it at fork time
     _recorders, _sinks, _row_sinks, _row_sink, _capturing = (), (), (), None, False
+    _loc_cache = (None, None, None, None)
 
 
 if hasattr(os, "register_at_fork"):
