@@ -20,8 +20,8 @@ from vizalloc.errors import ContextError, SchedulerError
 from vizalloc.runtime.backends import Backend, CPUBackend, SimBackend
 from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
 from vizalloc.runtime.opt import (
-    LossType, OptContext, OptDataset, OptimizerType, OptResult, constant_optimizer_params, default_optimizer_params,
-    default_params, epoch,
+    EpochCallback, LossType, OptContext, OptDataset, OptimizerType, OptResult, constant_optimizer_params,
+    default_optimizer_params, default_params, epoch,
 )
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Op, Tensor, UnaryOp
@@ -73,7 +73,9 @@ def _opt_pars(optimizer: OptimizerType):  # type: ignore[no-untyped-def]
 
 
 def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
-                   backends: list[Backend] | None = None) -> tuple[Outcome, OptContext]:
+                   backends: list[Backend] | None = None,
+                   callbacks: tuple[EpochCallback | None, EpochCallback | None] = (None, None),
+                   ) -> tuple[Outcome, OptContext]:
     data, labels, init = _data(s)
     supervised = s.loss_type in (LossType.CROSS_ENTROPY, LossType.MEAN_SQUARED_ERROR)
     ds = OptDataset(F32, F32, s.n_in, s.n_out if supervised else 0, s.ndata, 1)
@@ -114,7 +116,7 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
         if reserve_between:
             # another graph reserved on the scheduler between two allocations of the loop
             sched.reserve(opt.gf)  # type: ignore[arg-type]
-        epoch(opt, ds, rt, rv, s.idata_split)
+        epoch(opt, ds, rt, rv, s.idata_split, *callbacks)
         acc = rv.accuracy()[0]
         losses.append((rt.loss()[0], rv.loss()[0], acc, rt.loss()[1]))
         preds.extend(rv.pred())
@@ -125,7 +127,9 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
 
 # -- the same in real ggml-opt ------------------------------------------------------------
 
-def train_ggml(s: Setup) -> Outcome:
+def train_ggml(s: Setup, calls: list[tuple[bool, int, int, int]] | None = None) -> Outcome:
+    """The same training in real ggml-opt; with ``calls``, its epoch callbacks append
+    ``(train, ibatch, ibatch_max, ndata of the result)`` there."""
     ggml = pytest.importorskip("ggml", reason="ggml-python 0.0.45 is the oracle for ggml-opt")
     ggml.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
     ggml.ggml_backend_alloc_buffer.restype = ctypes.c_void_p
@@ -176,6 +180,12 @@ def train_ggml(s: Setup) -> Outcome:
     op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
     octx = ggml.ggml_opt_init(op)
     null_cb = ggml.ggml_opt_epoch_callback()
+    if calls is not None:
+        def record(train, octx_, ds_, result, ibatch, ibatch_max, t_start_us):  # type: ignore[no-untyped-def]
+            nd = ctypes.c_int64()
+            ggml.ggml_opt_result_ndata(result, ctypes.byref(nd))
+            calls.append((bool(train), ibatch, ibatch_max, nd.value))
+        null_cb = ggml.ggml_opt_epoch_callback(record)
     if s.forward_first:
         ggml.ggml_opt_alloc(octx, False)
         ggml.ggml_opt_dataset_get_batch(ds, x, ggml.ggml_opt_labels(octx), 0)
@@ -217,6 +227,23 @@ def train_ggml(s: Setup) -> Outcome:
     ggml.ggml_backend_sched_free(sched)
     ggml.ggml_backend_free(backend)
     return Outcome(losses, weights, preds, (size_fwd, size_bwd))
+
+
+def test_epoch_callbacks_count_batches_as_ggml_opt() -> None:
+    """Each of the epoch's two loops counts its own batches from 1, and hands its callback
+    its own result (ndata grows by the batch size), as ``ggml_opt_epoch`` does."""
+    s = Setup(epochs=1)
+    expected: list[tuple[bool, int, int, int]] = []
+    train_ggml(s, expected)
+    calls: list[tuple[bool, int, int, int]] = []
+
+    def record(train: bool, opt: OptContext, ds: OptDataset, result: OptResult, ibatch: int, ibatch_max: int,
+               t_start_us: int) -> None:
+        calls.append((train, ibatch, ibatch_max, result.ndata))
+
+    train_vizalloc(s, callbacks=(record, record))
+    assert calls == expected
+    assert calls == [(True, i, 4, 4 * i) for i in range(1, 5)] + [(False, i, 2, 4 * i) for i in range(1, 3)]
 
 
 SETUPS = {

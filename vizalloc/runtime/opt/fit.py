@@ -57,26 +57,23 @@ def epoch(
         raise UsageError(f"epoch: idata_split {idata_split} is not a multiple of the batch size {ndata_batch}")
     ibatch_split = idata_split // ndata_batch
 
-    ibatch = 0
+    _batches(opt_ctx, dataset, inputs, labels, result_train, callback_train, True, 0, ibatch_split)
+    _batches(opt_ctx, dataset, inputs, labels, result_eval, callback_eval, False, ibatch_split, nbatches)
+
+
+def _batches(opt_ctx: OptContext, dataset: OptDataset, inputs: Tensor, labels: Tensor | None, result: OptResult | None,
+             callback: EpochCallback | None, train: bool, ibatch_first: int, ibatch_end: int) -> None:
+    """One of ``ggml_opt_epoch``'s two loops: batches ``[ibatch_first, ibatch_end)`` with
+    (``train``) or without a backward pass; the callback counts batches from 1 within the loop."""
     t_loop_start = _time_us()
-    while ibatch < ibatch_split:
-        opt_ctx.alloc(backward=True)
+    for ibatch in range(ibatch_first, ibatch_end):
+        opt_ctx.alloc(backward=train)
         dataset.get_batch(inputs, labels, ibatch)
-        opt_ctx.eval(result_train)
-        if callback_train is not None:
-            assert result_train is not None
-            callback_train(True, opt_ctx, dataset, result_train, ibatch + 1, ibatch_split, t_loop_start)
-        ibatch += 1
-    t_loop_start = _time_us()
-    while ibatch < nbatches:
-        opt_ctx.alloc(backward=False)
-        dataset.get_batch(inputs, labels, ibatch)
-        opt_ctx.eval(result_eval)
-        if callback_eval is not None:
-            assert result_eval is not None
-            callback_eval(False, opt_ctx, dataset, result_eval, ibatch + 1 - ibatch_split, nbatches - ibatch_split,
-                          t_loop_start)
-        ibatch += 1
+        opt_ctx.eval(result)
+        if callback is not None:
+            assert result is not None
+            callback(train, opt_ctx, dataset, result, ibatch + 1 - ibatch_first, ibatch_end - ibatch_first,
+                     t_loop_start)
 
 
 _BLOCKS = ["\u2588", "\u2589", "\u258A", "\u258B", "\u258C", "\u258D", "\u258E", "\u258F"]
