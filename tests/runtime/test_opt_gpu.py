@@ -3,30 +3,15 @@ device): ggml's deep-copy strategy trains the MLP on the GPU as it does on the C
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
 from tests.runtime.test_opt_training import Setup, train_vizalloc
 
 
-def _real_cupy():  # type: ignore[no-untyped-def]
-    cupy = pytest.importorskip("cupy", reason="needs cupy (pip install 'vizalloc[cuda]')")
-    if not hasattr(cupy, "__file__") or type(sys.modules["cupy"]).__name__ != "module":
-        pytest.skip("cupy is emulated in this process")
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-    except Exception:  # noqa: BLE001
-        n = 0
-    if n < 1:
-        pytest.skip("needs a CUDA device")
-    return cupy
-
-
 @pytest.mark.gpu
+@pytest.mark.usefixtures("real_cupy")
 def test_training_on_the_gpu_matches_the_cpu() -> None:
-    _real_cupy()
     from vizalloc.runtime.backends import CPUBackend, CudaBackend
 
     s = Setup()
