@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 
 from vizalloc.cli.tui import export_writer
 from vizalloc.trace.api import save
@@ -24,10 +28,17 @@ pytestmark = pytest.mark.anyio
 SIZE = (120, 40)
 
 
-async def test_panes_by_tab_and_number(trace: Trace) -> None:
-    app = VizallocApp(trace)
+@asynccontextmanager
+async def running(source: Trace | str, **kw: Any) -> AsyncIterator[tuple[VizallocApp, Pilot[None]]]:
+    """The app on ``source`` at ``SIZE``, once its trace is analysed."""
+    app = VizallocApp(source, **kw)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
+        yield app, pilot
+
+
+async def test_panes_by_tab_and_number(trace: Trace) -> None:
+    async with running(trace) as (app, pilot):
         assert app.current_mode == "timeline"
         seen = []
         for _ in range(5):
@@ -42,9 +53,7 @@ async def test_panes_by_tab_and_number(trace: Trace) -> None:
 
 
 async def test_timeline_cursor_and_enter_open_the_binding(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         table = app.screen.query_one("#steps", VirtualTable)
         assert len(table.source) == 10
         for _ in range(3):
@@ -60,9 +69,7 @@ async def test_timeline_cursor_and_enter_open_the_binding(trace: Trace) -> None:
 
 
 async def test_hazard_enter_jumps_to_the_collision(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("4")
         table = app.screen.query_one("#hazards", VirtualTable)
         kinds = [table.source.hazard(i).kind.value for i in range(len(table.source))]  # type: ignore[attr-defined]
@@ -84,9 +91,7 @@ async def test_hazard_enter_jumps_to_the_collision(trace: Trace) -> None:
 
 
 async def test_map_cursor_zoom_and_buffers(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("2")
         mmap = app.screen.query_one(MemoryMap)
         bpr = mmap.geom.bytes_per_row
@@ -112,9 +117,7 @@ async def test_map_cursor_zoom_and_buffers(trace: Trace) -> None:
 
 
 async def test_tensor_filter_by_name_and_state(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("3")
         table = app.screen.query_one("#tensors", VirtualTable)
         assert len(table.source) == 9
@@ -133,9 +136,7 @@ async def test_tensor_filter_by_name_and_state(trace: Trace) -> None:
 
 
 async def test_tensor_sorting(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("3")
         screen = app.screen
         assert isinstance(screen, TensorsScreen)
@@ -155,9 +156,7 @@ async def test_tensor_sorting(trace: Trace) -> None:
 
 
 async def test_detail_and_help_screens(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("3", "enter")   # tensor #0: x
         await pilot.pause()
         assert isinstance(app.screen, DetailScreen) and app.screen.tensor_id == X
@@ -178,9 +177,7 @@ async def test_detail_and_help_screens(trace: Trace) -> None:
 
 
 async def test_mouse_click_and_double_click(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("3")
         table = app.screen.query_one("#tensors", VirtualTable)
         await pilot.click("#tensors", offset=(3, 4))    # header is line 0: row 3
@@ -191,9 +188,7 @@ async def test_mouse_click_and_double_click(trace: Trace) -> None:
 
 
 async def test_export_from_the_map_and_the_graph(trace: Trace, tmp_path: Path) -> None:
-    app = VizallocApp(trace, export=export_writer(tmp_path, "fixed"))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace, export=export_writer(tmp_path, "fixed")) as (app, pilot):
         await pilot.press("2", "e")
         await app.workers.wait_for_complete()
         await pilot.press("5", "e")
@@ -211,9 +206,7 @@ async def test_export_from_the_map_and_the_graph(trace: Trace, tmp_path: Path) -
 
 
 async def test_export_without_writer_says_so(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("e")
         await pilot.pause()
         assert any("not available" in str(n.message) for n in app._notifications)
@@ -222,9 +215,7 @@ async def test_export_without_writer_says_so(trace: Trace) -> None:
 async def test_load_from_file_and_names_stay_inert(trace: Trace, tmp_path: Path) -> None:
     path = tmp_path / "fixed.vztrace"
     save(trace, path)
-    app = VizallocApp(str(path))
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(str(path)) as (app, pilot):
         assert len(app.scan.steps) == 10 and len(app.analysis.hazards) == 6  # type: ignore[union-attr]
         for key in ("3", "4", "5", "2"):
             await pilot.press(key)
@@ -278,9 +269,7 @@ def test_demo_and_run_open_the_tui_with_flag(tmp_path: Path, monkeypatch: pytest
 
 
 async def test_notifications_show_search_text_literally(trace: Trace) -> None:
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("2", "slash", *"[bold]zz", "enter")
         await pilot.pause()
         notes = list(app._notifications)
@@ -290,9 +279,7 @@ async def test_notifications_show_search_text_literally(trace: Trace) -> None:
 async def test_map_mouse_click_and_wheel(trace: Trace) -> None:
     from vizalloc.tui.render import GUTTER
 
-    app = VizallocApp(trace)
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
+    async with running(trace) as (app, pilot):
         await pilot.press("2")
         mmap = app.screen.query_one(MemoryMap)
         await pilot.click(MemoryMap, offset=(GUTTER + 5, 3))   # line 0 is the step header
