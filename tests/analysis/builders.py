@@ -133,6 +133,21 @@ class TraceBuilder:
     def sched_split(self, graph: int, nodes: Sequence[int], sched: int = 0) -> None:
         self.emit(ev.SchedSplit, sched, graph, 0, "CPU", tuple(nodes), ())
 
+    def bound_relu(self, name: str = "a") -> tuple[int, int, int, int]:
+        """``b = RELU(a)`` (``a`` an input tensor called ``name``) as a graph, planned by galloc 0
+        and bound in a new 128-byte buffer, ``a`` at 0 and ``b`` at 64; nothing set or computed.
+
+        Returns:
+            ``(a, b, graph, buffer)``.
+        """
+        a = self.tensor(name, 16, flags=1)
+        b = self.node("b", "RELU", a)
+        g = self.graph([b], [a])
+        buf = self.buffer(128, pool=0)
+        plan = self.plan(0, g, [(a, 0, 64), (b, 64, 64)], n_nodes=1, n_leafs=1)
+        self.bind(0, plan, g, [(a, buf, 0), (b, buf, 64)])
+        return a, b, g, buf
+
     # -- compute and I/O ------------------------------------------------------------------------
     def compute(self, graph: int, steps: Sequence[tuple[int, Sequence[int]]], *,
                 loc: ev.Location | None = None) -> int:

@@ -143,12 +143,7 @@ def test_views_and_in_place_reuse_are_not_hazards():
 
 def test_uninitialized_read():
     tb = TraceBuilder()
-    a = tb.tensor("a", 16, flags=1)
-    b = tb.node("b", "RELU", a)
-    g = tb.graph([b], [a])
-    buf = tb.buffer(128, pool=0)
-    plan = tb.plan(0, g, [(a, 0, 64), (b, 64, 64)], n_nodes=1, n_leafs=1)
-    tb.bind(0, plan, g, [(a, buf, 0), (b, buf, 64)])
+    a, b, g, _ = tb.bound_relu()
     tb.compute(g, [(b, [a])])  # nobody set the input
     hz = check(tb)
     assert [(h.kind, h.tensor_id, h.other_id) for h in hz] == [(HazardKind.UNINITIALIZED_READ, a, -1)]
@@ -222,12 +217,7 @@ def test_clobbered_output():
 
 def test_dangling_read_after_buffer_replaced():
     tb = TraceBuilder()
-    a = tb.tensor("a", 16, flags=1)
-    b = tb.node("b", "RELU", a)
-    g = tb.graph([b], [a])
-    buf = tb.buffer(128, pool=0)
-    plan = tb.plan(0, g, [(a, 0, 64), (b, 64, 64)], n_nodes=1, n_leafs=1)
-    tb.bind(0, plan, g, [(a, buf, 0), (b, buf, 64)])
+    a, b, g, buf = tb.bound_relu()
     tb.set(a)
     tb.compute(g, [(b, [a])])
     tb.free(buf, cause="resized to 4096")

@@ -84,12 +84,7 @@ def test_check_max_reports(traces, capsys):
 
 def test_names_are_shown_inert(tmp_path, capsys):
     tb = TraceBuilder()
-    a = tb.tensor("evil\x1b[31m[red]", 16, flags=1)
-    b = tb.node("b", "RELU", a)
-    g = tb.graph([b], [a])
-    buf = tb.buffer(128, pool=0)
-    plan = tb.plan(0, g, [(a, 0, 64), (b, 64, 64)], n_nodes=1, n_leafs=1)
-    tb.bind(0, plan, g, [(a, buf, 0), (b, buf, 64)])
+    a, b, g, _ = tb.bound_relu("evil\x1b[31m[red]")
     tb.compute(g, [(b, [a])])
     path = tmp_path / "evil.vztrace"
     api.save(Trace(TraceHeader.new(), tuple(tb.events)), path)
