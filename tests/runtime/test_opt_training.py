@@ -127,6 +127,31 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
 
 # -- the same in real ggml-opt ------------------------------------------------------------
 
+def _ggml_constant_opt_pars(ggml, op, optimizer: OptimizerType):  # type: ignore[no-untyped-def]
+    """Make ggml-opt params ``op`` use :func:`_opt_pars` through ggml's own constant-params
+    function; returns the C struct ``op`` points at (the caller keeps it alive)."""
+    pars = _opt_pars(optimizer)
+    cpars = ggml.ggml_opt_optimizer_params()
+    cpars.adamw.alpha, cpars.adamw.beta1, cpars.adamw.beta2 = pars.adamw.alpha, pars.adamw.beta1, pars.adamw.beta2
+    cpars.adamw.eps, cpars.adamw.wd = pars.adamw.eps, pars.adamw.wd
+    cpars.sgd.alpha, cpars.sgd.wd = pars.sgd.alpha, pars.sgd.wd
+    # ctypes callbacks cannot return structs: hand ggml its own C function
+    c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
+    op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
+    op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
+    return cpars
+
+
+def _ggml_weights(ggml, params, init: list[np.ndarray]) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """The values of ggml tensors ``params``, read into arrays shaped like ``init``."""
+    weights = []
+    for p, v in zip(params, init):
+        got = np.zeros_like(v)
+        ggml.ggml_backend_tensor_get(p, got.ctypes.data_as(ctypes.c_void_p), 0, got.nbytes)
+        weights.append(got)
+    return weights
+
+
 def train_ggml(s: Setup, calls: list[tuple[bool, int, int, int]] | None = None) -> Outcome:
     """The same training in real ggml-opt; with ``calls``, its epoch callbacks append
     ``(train, ibatch, ibatch_max, ndata of the result)`` there."""
@@ -169,15 +194,7 @@ def train_ggml(s: Setup, calls: list[tuple[bool, int, int, int]] | None = None) 
     op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
     op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
                     else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
-    pars = _opt_pars(s.optimizer)
-    cpars = ggml.ggml_opt_optimizer_params()
-    cpars.adamw.alpha, cpars.adamw.beta1, cpars.adamw.beta2 = pars.adamw.alpha, pars.adamw.beta1, pars.adamw.beta2
-    cpars.adamw.eps, cpars.adamw.wd = pars.adamw.eps, pars.adamw.wd
-    cpars.sgd.alpha, cpars.sgd.wd = pars.sgd.alpha, pars.sgd.wd
-    # ctypes callbacks cannot return structs: hand ggml its own C function
-    c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
-    op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
-    op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
+    cpars = _ggml_constant_opt_pars(ggml, op, s.optimizer)  # noqa: F841 (op points at it: keep it alive)
     octx = ggml.ggml_opt_init(op)
     null_cb = ggml.ggml_opt_epoch_callback()
     if calls is not None:
@@ -214,11 +231,7 @@ def train_ggml(s: Setup, calls: list[tuple[bool, int, int, int]] | None = None) 
         ggml.ggml_opt_result_free(rv)
         if len(losses) == 1:
             size_bwd = ggml.ggml_backend_sched_get_buffer_size(sched, backend)
-    weights = []
-    for p, v in zip(params, init):
-        got = np.zeros_like(v)
-        ggml.ggml_backend_tensor_get(p, got.ctypes.data_as(ctypes.c_void_p), 0, got.nbytes)
-        weights.append(got)
+    weights = _ggml_weights(ggml, params, init)
     ggml.ggml_opt_free(octx)
     ggml.ggml_backend_buffer_free(buf)
     ggml.ggml_free(cs)
@@ -476,14 +489,7 @@ def train_dynamic_ggml(s: Setup) -> tuple[list[float], list[np.ndarray]]:
     for p, v in zip(params, init):
         ggml.ggml_backend_tensor_set(p, v.ctypes.data_as(ctypes.c_void_p), 0, v.nbytes)
     op = ggml.ggml_opt_default_params(sched, ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
-    pars = _opt_pars(s.optimizer)
-    cpars = ggml.ggml_opt_optimizer_params()
-    cpars.adamw.alpha, cpars.adamw.beta1, cpars.adamw.beta2 = pars.adamw.alpha, pars.adamw.beta1, pars.adamw.beta2
-    cpars.adamw.eps, cpars.adamw.wd = pars.adamw.eps, pars.adamw.wd
-    cpars.sgd.alpha, cpars.sgd.wd = pars.sgd.alpha, pars.sgd.wd
-    c_fn = ctypes.cast(ggml.ggml.lib.ggml_opt_get_constant_optimizer_params, ctypes.c_void_p).value
-    op.get_opt_pars = ctypes.cast(c_fn, ggml.ggml_opt_get_optimizer_params)
-    op.get_opt_pars_ud = ctypes.cast(ctypes.pointer(cpars), ctypes.c_void_p)
+    cpars = _ggml_constant_opt_pars(ggml, op, s.optimizer)  # noqa: F841 (op points at it: keep it alive)
     octx = ggml.ggml_opt_init(op)
     losses = []
     for backward, ib in _dynamic_steps(s):
@@ -505,11 +511,7 @@ def train_dynamic_ggml(s: Setup) -> tuple[list[float], list[np.ndarray]]:
         losses.append(lv.value)
         ggml.ggml_opt_result_free(r)
         ggml.ggml_free(cc)
-    weights = []
-    for p, v in zip(params, init):
-        got = np.zeros_like(v)
-        ggml.ggml_backend_tensor_get(p, got.ctypes.data_as(ctypes.c_void_p), 0, got.nbytes)
-        weights.append(got)
+    weights = _ggml_weights(ggml, params, init)
     ggml.ggml_opt_free(octx)
     ggml.ggml_backend_buffer_free(buf)
     ggml.ggml_free(cs)
