@@ -257,3 +257,21 @@ def test_follow_reads_a_trace_while_it_is_written(tmp_path: Path) -> None:
             assert live.poll() == [] and live.complete and live.n_events == 3
     finally:
         session.stop()
+
+
+def test_the_final_trace_is_built_once_on_first_access(tmp_path: Path) -> None:
+    path = tmp_path / "lazy.vztrace"
+    with vizalloc.trace(path) as t:
+        for i in range(10):
+            vizalloc.mark(f"m{i}")
+        during = t.trace
+        assert _markers(during) == [f"m{i}" for i in range(10)]
+        vizalloc.mark("last")
+    assert t.n_events == 11
+    final = t.trace
+    assert final is t.trace and len(final) == 11 and t.n_events == 11
+    assert _markers(final) == [f"m{i}" for i in range(10)] + ["last"]
+    assert vizalloc.load(path) == final
+    assert len(during) == 10  # a snapshot taken while recording does not grow
+    with pytest.raises(UsageError):
+        t.start()

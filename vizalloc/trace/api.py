@@ -87,6 +87,7 @@ class TraceSession:
         self._events: list[ev.Event] = []  # the items made events so far (a prefix)
         self._flushed = 0            # items already written
         self._dropped = 0            # items written and dropped (keep_events=False)
+        self._n_final = 0            # items dropped once the final Trace was built
         self._value_bytes = 0
         # flush when an event is stamped at or after this time, or this many items wait
         # (no file: never; ComputeEnd still calls _flush, which returns at once)
@@ -95,6 +96,7 @@ class TraceSession:
         self._file: Any = None
         self._writer: TraceFileWriter | None = None
         self._final: Trace | None = None
+        self._stopped = False
         #: The first error writing the file met (raised again by ``stop()``).
         self.error: BaseException | None = None
         self.active = False
@@ -102,7 +104,7 @@ class TraceSession:
     # -- lifecycle -------------------------------------------------------------
     def start(self) -> TraceSession:
         """Open the file (header written at once) and start recording."""
-        if self.active or self._final is not None:
+        if self.active or self._stopped:
             raise UsageError("this trace was already started; call vizalloc.trace(...) again for a new one")
         if self.path is not None:
             try:
@@ -142,8 +144,9 @@ class TraceSession:
                         self._writer.close()
                 finally:
                     self._file.close()
-        if self.keep_events:
-            self._final = Trace(self.header, tuple(self._materialize()))
+        # The events are built only when .trace is first asked for: a program that traces
+        # to a file and never looks (or looks later) does not pay for it at the block's end.
+        self._stopped = True
         if self.error is not None:
             raise self.error
 
@@ -229,7 +232,7 @@ class TraceSession:
     @property
     def n_events(self) -> int:
         """Events recorded so far."""
-        return self._dropped + len(self._items)
+        return self._dropped + len(self._items) + self._n_final
 
     @property
     def nbytes(self) -> int:
@@ -238,13 +241,22 @@ class TraceSession:
 
     @property
     def trace(self) -> Trace:
-        """The recorded trace (so far, while still active)."""
+        """The recorded trace (so far, while still active).
+
+        After the block the events are built on the first access (not when the block
+        ends), once; later accesses return the same ``Trace``.
+        """
         if not self.keep_events:
             raise UsageError(f"this trace kept no events in memory (keep_events=False); load {self.path} instead")
-        if self._final is not None:
-            return self._final
         with recorder._lock:
-            return Trace(self.header, tuple(self._materialize()))
+            if self._final is not None:
+                return self._final
+            trace_ = Trace(self.header, tuple(self._materialize()))
+            if self._stopped:  # built once; the rows are no longer needed
+                self._final = trace_
+                self._n_final = len(self._items)
+                self._items, self._kinds, self._events = [], [], []
+            return trace_
 
     def _materialize(self) -> list[ev.Event]:
         """The items as events (rows built into events once, in bulk)."""
