@@ -127,6 +127,32 @@ def train_vizalloc(s: Setup, fix: str = "dup", *, reserve_between: bool = False,
 
 # -- the same in real ggml-opt ------------------------------------------------------------
 
+def _ggml_params(ggml, cs, s: Setup) -> list[object]:  # type: ignore[no-untyped-def]
+    """The MLP's trainable tensors ``[w1, b1, w2]`` in ggml context ``cs``."""
+    params = [
+        ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden),
+        ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden),
+        ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out),
+    ]
+    for p in params:
+        ggml.ggml_set_param(p)
+    return params
+
+
+def _ggml_opt_params(ggml, sched, s: Setup, cc, x, out):  # type: ignore[no-untyped-def]
+    """``ggml_opt_default_params`` for setup ``s``: compute context ``cc``, inputs ``x``, outputs ``out``."""
+    loss_type = {
+        LossType.CROSS_ENTROPY: ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY,
+        LossType.MEAN_SQUARED_ERROR: ggml.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR,
+        LossType.MEAN: ggml.GGML_OPT_LOSS_TYPE_MEAN, LossType.SUM: ggml.GGML_OPT_LOSS_TYPE_SUM,
+    }[s.loss_type]
+    op = ggml.ggml_opt_default_params(sched, loss_type)
+    op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
+    op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
+                    else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
+    return op
+
+
 def _ggml_constant_opt_pars(ggml, op, optimizer: OptimizerType):  # type: ignore[no-untyped-def]
     """Make ggml-opt params ``op`` use :func:`_opt_pars` through ggml's own constant-params
     function; returns the C struct ``op`` points at (the caller keeps it alive)."""
@@ -174,26 +200,14 @@ def train_ggml(s: Setup, calls: list[tuple[bool, int, int, int]] | None = None) 
     ip = ggml.ggml_init_params(mem_size=16 * 1024 * 1024, mem_buffer=None, no_alloc=True)
     cs, cc = ggml.ggml_init(ip), ggml.ggml_init(ip)
     x = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.batch)
-    w1 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden)
-    b1 = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden)
-    w2 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out)
-    params = [w1, b1, w2]
-    for p in params:
-        ggml.ggml_set_param(p)
+    params = _ggml_params(ggml, cs, s)
+    w1, b1, w2 = params
     h = ggml.ggml_silu(cc, ggml.ggml_add(cc, ggml.ggml_mul_mat(cc, w1, x), b1))
     out = ggml.ggml_mul_mat(cc, w2, h)
     buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
     for p, v in zip(params, init):
         ggml.ggml_backend_tensor_set(p, v.ctypes.data_as(ctypes.c_void_p), 0, v.nbytes)
-    loss_type = {
-        LossType.CROSS_ENTROPY: ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY,
-        LossType.MEAN_SQUARED_ERROR: ggml.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR,
-        LossType.MEAN: ggml.GGML_OPT_LOSS_TYPE_MEAN, LossType.SUM: ggml.GGML_OPT_LOSS_TYPE_SUM,
-    }[s.loss_type]
-    op = ggml.ggml_opt_default_params(sched, loss_type)
-    op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
-    op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
-                    else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
+    op = _ggml_opt_params(ggml, sched, s, cc, x, out)
     cpars = _ggml_constant_opt_pars(ggml, op, s.optimizer)  # noqa: F841 (op points at it: keep it alive)
     octx = ggml.ggml_opt_init(op)
     null_cb = ggml.ggml_opt_epoch_callback()
@@ -302,15 +316,7 @@ def _ggml_compute_context_rows(s: Setup) -> list[tuple[object, ...]]:
         ggml.ggml_set_param(p)
     out = ggml.ggml_mul_mat(cc, w2, ggml.ggml_silu(cc, ggml.ggml_add(cc, ggml.ggml_mul_mat(cc, w1, x), b1)))
     buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
-    loss_type = {
-        LossType.CROSS_ENTROPY: ggml.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY,
-        LossType.MEAN_SQUARED_ERROR: ggml.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR,
-        LossType.MEAN: ggml.GGML_OPT_LOSS_TYPE_MEAN, LossType.SUM: ggml.GGML_OPT_LOSS_TYPE_SUM,
-    }[s.loss_type]
-    op = ggml.ggml_opt_default_params(sched, loss_type)
-    op.ctx_compute, op.inputs, op.outputs, op.opt_period = cc, x, out, s.opt_period
-    op.optimizer = (ggml.GGML_OPT_OPTIMIZER_TYPE_ADAMW if s.optimizer is OptimizerType.ADAMW
-                    else ggml.GGML_OPT_OPTIMIZER_TYPE_SGD)
+    op = _ggml_opt_params(ggml, sched, s, cc, x, out)
     octx = ggml.ggml_opt_init(op)
     rows = []
     t = ggml.ggml_get_first_tensor(cc)
@@ -479,12 +485,8 @@ def train_dynamic_ggml(s: Setup) -> tuple[list[float], list[np.ndarray]]:
     sched = ggml.ggml_backend_sched_new(arr, None, 1, 2048, False, True)
     ip = ggml.ggml_init_params(mem_size=1 << 20, mem_buffer=None, no_alloc=True)
     cs = ggml.ggml_init(ip)
-    w1 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_in, s.n_hidden)
-    b1 = ggml.ggml_new_tensor_1d(cs, ggml.GGML_TYPE_F32, s.n_hidden)
-    w2 = ggml.ggml_new_tensor_2d(cs, ggml.GGML_TYPE_F32, s.n_hidden, s.n_out)
-    params = [w1, b1, w2]
-    for p in params:
-        ggml.ggml_set_param(p)
+    params = _ggml_params(ggml, cs, s)
+    w1, b1, w2 = params
     buf = ggml.ggml_backend_alloc_ctx_tensors(cs, backend)
     for p, v in zip(params, init):
         ggml.ggml_backend_tensor_set(p, v.ctypes.data_as(ctypes.c_void_p), 0, v.nbytes)
