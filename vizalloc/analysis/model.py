@@ -463,7 +463,7 @@ class TraceModel:
         out = []
         for idx in info.history:
             e = self.events[idx]
-            out.append(HistoryEntry(e.seq, _history_kind(e, tensor_id), e.loc, e))
+            out.append(HistoryEntry(e.seq, history_kind(e, tensor_id), e.loc, e))
         return out
 
     def placement_at(self, tensor_id: int, seq: int) -> Placement | None:
@@ -547,7 +547,8 @@ class TraceModel:
         return len(self.events)
 
 
-def _history_kind(e: ev.Event, tensor_id: int) -> HistoryKind:
+def history_kind(e: ev.Event, tensor_id: int) -> HistoryKind:
+    """What event ``e`` (from the tensor's history) did to tensor ``tensor_id``."""
     if isinstance(e, ev.NodeCompute):
         return HistoryKind.WRITTEN if e.tensor_id == tensor_id else HistoryKind.READ
     if isinstance(e, ev.TensorCopy):

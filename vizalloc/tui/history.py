@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vizalloc.analysis.model import NEVER, HistoryKind, TraceModel
+from vizalloc.analysis.model import NEVER, HistoryKind, TraceModel, history_kind
 from vizalloc.trace import events as ev
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text
@@ -60,22 +60,6 @@ def _what(model: TraceModel, e: ev.Event, kind: HistoryKind, tensor_id: int) -> 
     if isinstance(e, ev.ValueSnapshot):
         return f"value captured at {e.when} of compute #{e.compute_id}"
     return type(e).__name__
-
-
-_KINDS: dict[type, HistoryKind] = {
-    ev.TensorCreated: HistoryKind.CREATED, ev.TensorNamed: HistoryKind.NAMED, ev.TensorFlagsSet: HistoryKind.FLAGS,
-    ev.TensorSrcSet: HistoryKind.SRC_SET, ev.TensorPlaced: HistoryKind.PLACED, ev.TensorCleared: HistoryKind.CLEARED,
-    ev.TensorSet: HistoryKind.SET, ev.TensorGet: HistoryKind.GET, ev.ValueSnapshot: HistoryKind.SNAPSHOT,
-    ev.BufferFreed: HistoryKind.FREED,
-}
-
-
-def _kind(e: ev.Event, tensor_id: int) -> HistoryKind:
-    if isinstance(e, ev.NodeCompute):
-        return HistoryKind.WRITTEN if e.tensor_id == tensor_id else HistoryKind.READ
-    if isinstance(e, ev.TensorCopy):
-        return HistoryKind.COPIED if e.dst_id == tensor_id else HistoryKind.COPY_READ
-    return _KINDS.get(type(e), HistoryKind.FREED)
 
 
 class HistoryView:
@@ -130,7 +114,7 @@ class HistoryView:
         got = self._made.get(i)
         if got is None:
             e = self.model.events[item]
-            kind = _kind(e, self.tensor_id)
+            kind = history_kind(e, self.tensor_id)
             got = self._made[i] = HistoryRow(e.seq, kind.value, _what(self.model, e, kind, self.tensor_id),
                                              loc_text(e.loc))
         return got
