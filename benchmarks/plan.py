@@ -82,6 +82,15 @@ def describe(n_nodes: int, seed: int = 0) -> tuple[list[tuple], int]:
     return prog, n_leafs
 
 
+def unconsumed(prog: list[tuple]) -> list[int]:
+    """The tensors of ``prog`` no other entry reads, in order: the graph is expanded from them."""
+    consumed = set()
+    for entry in prog:
+        if entry[0] != "leaf":
+            consumed.update(i for i in entry[1:-1] if isinstance(i, int) and not isinstance(i, bool))
+    return [i for i in range(len(prog)) if i not in consumed]
+
+
 def build_vizalloc(prog: list[tuple]) -> Graph:
     ctx = Context(name="bench")
     ts = []
@@ -115,13 +124,8 @@ def build_vizalloc(prog: list[tuple]) -> Graph:
                 t.flags |= int(Flag.OUTPUT)
         ts.append(t)
     g = Graph(size=len(prog) + 16)
-    consumed = set()
-    for entry in prog:
-        if entry[0] != "leaf":
-            consumed.update(i for i in entry[1:-1] if isinstance(i, int) and not isinstance(i, bool))
-    for i, t in enumerate(ts):
-        if i not in consumed:
-            g.build_forward_expand(t)
+    for i in unconsumed(prog):
+        g.build_forward_expand(ts[i])
     return g
 
 
@@ -161,13 +165,8 @@ def build_ggml(prog: list[tuple]):  # type: ignore[no-untyped-def]
                 ggml.ggml_set_output(t)
         ts.append(t)
     gf = ggml.ggml_new_graph_custom(ctx, len(prog) + 16, False)
-    consumed = set()
-    for entry in prog:
-        if entry[0] != "leaf":
-            consumed.update(i for i in entry[1:-1] if isinstance(i, int) and not isinstance(i, bool))
-    for i, t in enumerate(ts):
-        if i not in consumed:
-            ggml.ggml_build_forward_expand(gf, t)
+    for i in unconsumed(prog):
+        ggml.ggml_build_forward_expand(gf, ts[i])
     return ctx, gf
 
 
