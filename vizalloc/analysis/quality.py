@@ -26,6 +26,7 @@ plan treat the slot as one arena.
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,31 @@ class PlanQuality:
     @property
     def greedy_bytes(self) -> int:
         return sum(s.greedy_bytes for s in self.slots)
+
+
+def peak_live(ranges: Iterable[tuple[int, int, int]]) -> tuple[int, int | None]:
+    """The most bytes live at once over live ranges ``(start, end, nbytes)``, each live on the
+    steps ``start <= s < end``, and the first step where (``(0, None)``: nothing ever live).
+    A range ending at the step where another starts is not live with it (ggml's both_live).
+
+    One sweep over the steps where the live bytes change. No packing of the ranges into one
+    buffer can use fewer bytes than the peak: it is the lower bound the plan views draw.
+
+        >>> peak_live([(0, 2, 100), (1, 3, 50), (2, 4, 100)])
+        (150, 1)
+    """
+    deltas: dict[int, int] = {}
+    for start, end, nbytes in ranges:
+        if nbytes and start < end:
+            deltas[start] = deltas.get(start, 0) + nbytes
+            deltas[end] = deltas.get(end, 0) - nbytes
+    live = peak = 0
+    peak_step: int | None = None
+    for s in sorted(deltas):
+        live += deltas[s]
+        if live > peak:
+            peak, peak_step = live, s
+    return peak, peak_step
 
 
 def plan_blocks(model: TraceModel, plan: PlanInfo) -> tuple[list[Block], int]:
@@ -185,18 +211,8 @@ def _slot_quality(model: TraceModel, plan: PlanInfo, group: list[int], blocks: l
                   n_steps: int) -> SlotQuality:
     slot = group[0]
     mine = [b for b in blocks if b.slot in group]
-    # live bytes per step, by a sweep over (step, +size/-size)
-    deltas: dict[int, int] = {}
-    for b in mine:
-        deltas[b.start] = deltas.get(b.start, 0) + b.nbytes
-        deltas[b.end] = deltas.get(b.end, 0) - b.nbytes
-    live = 0
-    peak = 0
-    peak_step = 0
-    for s in sorted(deltas):
-        live += deltas[s]
-        if live > peak:
-            peak, peak_step = live, s
+    peak, at = peak_live((b.start, b.end, b.nbytes) for b in mine)
+    peak_step = at if at is not None else 0
     at_peak = tuple(sorted((b for b in mine if b.start <= peak_step < b.end), key=lambda b: (-b.nbytes, b.offset)))
     # fragmentation at the peak: holes below the highest live byte (per chunk)
     top: dict[int, int] = {}

@@ -25,13 +25,13 @@ The SVG is written as text (no dependency), every name escaped
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.placed import placed_roots
-from vizalloc.analysis.quality import plan_quality
+from vizalloc.analysis.quality import peak_live, plan_quality
 from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
@@ -97,20 +97,11 @@ def _pad(x: int, alignment: int) -> int:
     return x if alignment <= 1 else (x + alignment - 1) // alignment * alignment
 
 
-def _gap_sums(blocks: Sequence[Block], n_steps: int, size_of) -> list[int]:  # type: ignore[no-untyped-def]
-    """Per gap ``s`` in ``-1 .. n_steps`` (index ``s + 1``): the sum of ``size_of(b)`` over blocks
-    with ``first <= s < last``, by one sweep over a difference array."""
-    diff = [0] * (n_steps + 3)
-    for b in blocks:
-        size = size_of(b)
-        if size and b.first < b.last:
-            diff[max(b.first, -1) + 1] += size
-            diff[min(b.last, n_steps + 1) + 1] -= size
-    out, running = [], 0
-    for d in diff[:-1]:
-        running += d
-        out.append(running)
-    return out
+def _peak(blocks: Iterable[Block], n_steps: int, alignment: int = 1) -> tuple[int, int]:
+    """``(bytes, step)``: the most bytes of ``blocks`` (sizes padded to ``alignment``) live in
+    one gap between steps ``-1 .. n_steps``, and the first gap where (-1 when none)."""
+    best, at = peak_live((max(b.first, -1), min(b.last, n_steps + 1), _pad(b.nbytes, alignment)) for b in blocks)
+    return (best, at) if best > 0 and at is not None else (0, -1)
 
 
 def lower_bound(blocks: Sequence[Block], n_steps: int, alignment: int = 1) -> tuple[int, int]:
@@ -118,11 +109,10 @@ def lower_bound(blocks: Sequence[Block], n_steps: int, alignment: int = 1) -> tu
 
     Two blocks are live together when ``max(first) < min(last)`` (ggml's both_live), so a
     block occupies the gaps between steps ``first .. last``; the bound is the largest sum
-    of padded sizes over any gap. A block never read (``last <= first``) needs no bytes.
+    of padded sizes over any gap (:func:`vizalloc.analysis.quality.peak_live`). A block
+    never read (``last <= first``) needs no bytes.
     """
-    sums = _gap_sums(blocks, n_steps, lambda b: _pad(b.nbytes, alignment) if b.planned else 0)
-    best = max(sums, default=0)
-    return (best, sums.index(best) - 1) if best > 0 else (0, -1)
+    return _peak((b for b in blocks if b.planned), n_steps, alignment)
 
 
 def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
@@ -160,9 +150,7 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
                 seen.add(key)
                 collisions.append((a, b, h.kind))
         # most bytes live at once (every block, stale ones included: they hold bytes too)
-        live = _gap_sums(blocks, n, lambda b: b.nbytes)
-        live_total = max(live, default=0)
-        live_step = live.index(live_total) - 1 if live_total > 0 else -1
+        live_total, live_step = _peak(blocks, n)
         bound = _analysis_bound(model, sel, buffer_id)
         if bound is None:
             bound, _ = lower_bound(blocks, n, alignment)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.quality import peak_live
 from vizalloc.errors import UsageError
 from vizalloc.trace import events as ev
 
@@ -64,11 +65,7 @@ class Problem:
     @property
     def lower_bound(self) -> int:
         """The most bytes live at one time: no packing of these rows can use less."""
-        best = 0
-        points = sorted({r.lower for r in self.rows})
-        for t in points:
-            best = max(best, sum(r.size for r in self.rows if r.lower <= t < r.upper))
-        return best
+        return peak_live((r.lower, r.upper, r.size) for r in self.rows)[0]
 
     def overlaps(self) -> list[tuple[Row, Row]]:
         """Pairs of rows live at the same time whose recorded bytes overlap (a valid plan has none)."""
