@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vizalloc.analysis import liveness
+from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.analysis.model import NEVER, TraceModel
 from vizalloc.analysis.placed import placed_roots
 from vizalloc.tui.tensors import shape_text
@@ -111,19 +111,10 @@ class BindingMap:
 
 
 def find_overlaps(blocks: Sequence[Block]) -> list[tuple[int, int]]:
-    """Pairs ``(i, j)`` (i < j, blocks sorted by offset) sharing bytes while both live."""
-    out = []
-    active: list[int] = []  # indices of blocks whose bytes reach past the current offset
-    for j, b in enumerate(blocks):
-        if b.nbytes <= 0:
-            continue
-        active = [i for i in active if blocks[i].end > b.offset]
-        for i in active:
-            a = blocks[i]
-            if liveness.both_live((a.first, a.last), (b.first, b.last)):
-                out.append((i, j))
-        active.append(j)
-    return out
+    """Pairs ``(i, j)`` (i < j, blocks sorted by offset) sharing bytes while both live, by
+    :func:`vizalloc.analysis.rects.intersecting_pairs` (live ranges ``[first, last)``: ggml's
+    both_live), in the order a sweep over the blocks meets them."""
+    return intersecting_pairs([(b.offset, b.end, b.first, b.last) for b in blocks])
 
 
 def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
