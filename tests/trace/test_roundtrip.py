@@ -73,6 +73,56 @@ def test_rows_in_recording_order_round_trip(events: list[ev.Event], chunk: int) 
     assert _roundtrip_rows(events, chunk).events == tuple(events)
 
 
+def _frames(data: bytes) -> list[tuple[int, int]]:
+    """(type, flags) of every frame of a trace file."""
+    from vizalloc.trace.fileformat import _FRAME, _HEAD, FRAME_HEADER_SIZE
+
+    json_len = _HEAD.unpack_from(data)[3]
+    pos, out = _HEAD.size + json_len + 4, []
+    while pos < len(data):
+        _, kind, flags, _, meta_len, blob_len, _ = _FRAME.unpack_from(data, pos)
+        out.append((kind, flags))
+        pos += FRAME_HEADER_SIZE + meta_len + blob_len
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=st.lists(ANY_EVENT, max_size=40), chunk=st.integers(1, 9), stored=st.lists(st.booleans(), min_size=40,
+                                                                                          max_size=40))
+def test_stored_and_compressed_chunks_mix_in_one_stream(events: list[ev.Event], chunk: int, stored: list[bool]) -> None:
+    buf = io.BytesIO()
+    w = TraceFileWriter(buf, HEADER)
+    n_chunks = 0
+    for k, i in enumerate(range(0, len(events), chunk)):
+        part = events[i:i + chunk]
+        # a budget of 0 ns stores the chunk as is; None compresses it
+        w.write_rows([type(e) for e in part], [_as_row(e) for e in part], rows_only=bool(k % 3),
+                     compress_budget_ns=0 if stored[k] else None)
+        n_chunks += 1
+    w.close()
+    data = buf.getvalue()
+    assert read_trace(io.BytesIO(data)).events == tuple(events)
+    from vizalloc.trace.fileformat import FRAME_CHUNK, FRAME_STORED
+
+    assert [f for k, f in _frames(data) if k == FRAME_CHUNK] == [FRAME_STORED if s else 0 for s in stored[:n_chunks]]
+
+
+def test_a_session_stores_chunks_whose_compression_would_exceed_its_budget(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import vizalloc
+    from vizalloc.trace.fileformat import FRAME_CHUNK, FRAME_STORED
+
+    flags = {}
+    for overhead in (None, 0.0, 1e9):
+        path = tmp_path / f"o{overhead}.vztrace"
+        with vizalloc.trace(path, compress_max_overhead=overhead) as t:
+            for i in range(5):
+                vizalloc.mark(f"m{i}")
+                t.flush()
+        assert vizalloc.load(path) == t.trace
+        flags[overhead] = {f for k, f in _frames(path.read_bytes()) if k == FRAME_CHUNK}
+    assert flags == {None: {0}, 0.0: {FRAME_STORED}, 1e9: {0}}
+
+
 def test_small_in_order_and_big_grouped_chunks_mix_in_one_file() -> None:
     from vizalloc.trace.chunks import ORDERED_MAX_EVENTS
 

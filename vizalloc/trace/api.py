@@ -56,6 +56,11 @@ class TraceSession:
         flush_interval_s: the longest time events wait before they are written.
         max_pending: flush when this many events wait.
         compress_level: zlib level for the file's chunk metadata (None: no compression).
+        compress_max_overhead: compress a chunk only when that is expected to cost at most
+            this fraction of the time the program ran since the previous flush (the encoder
+            measures what compressing costs); other chunks are stored uncompressed. Keeps
+            compression out of the overhead of programs that flush very often (a graph
+            compute every few hundred microseconds). None: compress every chunk.
     """
 
     def __init__(
@@ -68,6 +73,7 @@ class TraceSession:
         max_pending: int = 65536,
         max_pending_value_bytes: int = 16 << 20,
         compress_level: int | None = 1,
+        compress_max_overhead: float | None = 0.02,
     ) -> None:
         if path is None and not keep_events:
             raise UsageError("trace(path=None, keep_events=False) would record nothing; give a path or keep the events")
@@ -79,6 +85,8 @@ class TraceSession:
         self._max_pending = max_pending
         self._max_value_bytes = max_pending_value_bytes
         self._compress_level = compress_level
+        self._compress_overhead = compress_max_overhead
+        self._last_flush_ns = 0
         # Events as two parallel lists: the kind, and the event or its row (seq, t_ns, loc, *fields)
         # as recorder.emit hands it over; rows become events only when .trace is asked for.
         self._kinds: list[type[ev.Event]] = []
@@ -118,7 +126,8 @@ class TraceSession:
                 raise UsageError(f"cannot write the trace file {self.path}: {exc.strerror or exc}") from exc
             _FLUSHER.add(self)
         if self._writer is not None:
-            self._deadline_ns = time.perf_counter_ns() + self._interval_ns
+            self._last_flush_ns = time.perf_counter_ns()
+            self._deadline_ns = self._last_flush_ns + self._interval_ns
             self._flush_at = self._max_pending
         self.active = True
         _ACTIVE.add(self)
@@ -195,12 +204,17 @@ class TraceSession:
         writer = self._writer
         if writer is None or self.error is not None:
             return
-        self._deadline_ns = time.perf_counter_ns() + self._interval_ns
+        now = time.perf_counter_ns()
+        self._deadline_ns = now + self._interval_ns
         start = self._flushed
         if start >= len(self._items):
             return
+        overhead = self._compress_overhead
+        budget_ns = None if overhead is None else (now - self._last_flush_ns) * overhead
+        self._last_flush_ns = now
         try:
-            writer.write_rows(self._kinds[start:], self._items[start:], rows_only=self._rows_only)
+            writer.write_rows(self._kinds[start:], self._items[start:], rows_only=self._rows_only,
+                              compress_budget_ns=budget_ns)
         except (TraceFormatError, OSError) as exc:
             # never break the traced program: remember, stop writing, report at stop()
             self.error = exc
@@ -372,7 +386,7 @@ def trace(path: PathLike | None = None, *, capture_values: bool = False, **optio
         capture_values: also record the values of graph inputs and outputs at compute
             time (``ValueSnapshot`` events; needed for shadow execution).
         **options: ``keep_events``, ``flush_interval_s``, ``max_pending``,
-            ``compress_level`` (see ``TraceSession``).
+            ``compress_level``, ``compress_max_overhead`` (see ``TraceSession``).
 
     Returns:
         The session; ``.trace`` is the recorded ``Trace``.

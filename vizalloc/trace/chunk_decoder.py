@@ -70,12 +70,16 @@ class ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
 
     # -- per chunk: the minimum ------------------------------------------------------
-    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0) -> ChunkParts:
+    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False
+               ) -> ChunkParts:
         """Decompress and split one chunk; new strings and locations join the tables.
+
+        ``stored``: the chunk's metadata was written as is, outside the file's zlib stream
+        (a frame flag).
 
         Raises ValueError (or zlib.error, struct.error, IndexError) on malformed bytes.
         """
-        if self._zlib is not None:
+        if self._zlib is not None and not stored:
             meta = self._zlib.decompress(meta)
         view = memoryview(meta)
         n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(view, 0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import time
 import zlib
 from array import array as _array
 from collections import defaultdict
@@ -46,6 +47,7 @@ def _deltas(col: list[int], prev: int) -> list[int]:
 _ROW_ENCODER_CODE: dict[type[ev.Event], Any] = {}
 _INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
 _NUMPY_DELTAS_FROM = 256
+_perf_counter_ns = time.perf_counter_ns
 
 
 def _row_encoder_code(plan: _Plan) -> Any:
@@ -101,8 +103,14 @@ class _LazyEncoders(dict):  # type: ignore[type-arg]
         self._build = build
 
     def __missing__(self, cls: type[ev.Event]) -> Any:
+        if cls not in _PLANS:
+            raise EncodeError(_not_a_kind(cls))
         enc = self[cls] = self._build(cls)
         return enc
+
+
+def _not_a_kind(cls: Any) -> str:
+    return f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events"
 
 
 class ChunkEncoder:
@@ -121,6 +129,9 @@ class ChunkEncoder:
         self._new_locs: list[ev.Location] = []
         self._carry: dict[type[ev.Event], tuple[int, int]] = {}   # last (seq, t_ns) per kind
         self._zlib = None if compress_level is None else zlib.compressobj(compress_level)
+        #: Whether the last chunk's metadata was left uncompressed (see ``encode_rows``).
+        self.stored = self._zlib is None
+        self._zlib_ns_per_byte = 20.0  # first guess; measured from then on
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
         # built on a kind's first event: a trace uses a few of the 35 kinds, and binding all
         # of them cost ~0.5 ms per file (most of an empty trace's start-up)
@@ -154,28 +165,32 @@ class ChunkEncoder:
         """One chunk of event objects: (stored metadata bytes, raw blob bytes)."""
         return self.encode_rows([e.__class__ for e in events], events)
 
-    def encode_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False
-                    ) -> tuple[bytes, bytes]:
+    def encode_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False,
+                    compress_budget_ns: float | None = None) -> tuple[bytes, bytes]:
         """One chunk from parallel lists: each item is an event or its row ``(seq, t_ns, loc, *fields)``.
 
         ``rows_only`` promises that every item is a row (skips a per-item check).
+        ``compress_budget_ns``: compress the metadata only if that is expected to take at
+        most this long (None: always, when the encoder compresses at all); ``stored``
+        then tells whether this chunk was left uncompressed.
         """
-        for cls in set(classes):
-            if cls not in SCHEMA:
-                raise EncodeError(f"{getattr(cls, '__name__', cls)} is not an event kind of vizalloc.trace.events")
+        self.stored = self._zlib is None
         if rows_only and len(items) <= ORDERED_MAX_EVENTS:
+            # (a class outside the schema has no row encoder: _LazyEncoders raises EncodeError)
             saved = dict(self._carry)
             try:
-                return self._encode(classes, items, in_order=True, rows_only=True)
+                return self._encode(classes, items, in_order=True, rows_only=True, budget_ns=compress_budget_ns)
             except (EncodeError, TypeError, ValueError, OverflowError, AttributeError):
                 self._carry.clear()  # (in place: the row encoders hold this dict)
                 self._carry.update(saved)  # the grouped path below wraps deltas and names the culprit
-        return self._encode(classes, items, in_order=False, rows_only=rows_only)
+        for cls in set(classes):
+            if cls not in SCHEMA:
+                raise EncodeError(_not_a_kind(cls))
+        return self._encode(classes, items, in_order=False, rows_only=rows_only, budget_ns=compress_budget_ns)
 
     def _encode(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, in_order: bool,
-                rows_only: bool) -> tuple[bytes, bytes]:
+                rows_only: bool, budget_ns: float | None = None) -> tuple[bytes, bytes]:
         index = _INDEX
-        kinds = bytes(map(index.__getitem__, classes))
         rows_ints: list[int] = []
         item_ints: list[int] = []
         blob: list[bytes] = []
@@ -185,7 +200,9 @@ class ChunkEncoder:
                 encoders[cls](row, rows_ints, item_ints, blob)
             rows_arr = _array(_INT64, rows_ints)
             items_arr = _array(_INT64, item_ints)
+            kinds = bytes(map(index.__getitem__, classes))  # (every class has an encoder: all are kinds)
         else:
+            kinds = bytes(map(index.__getitem__, classes))
             groups: defaultdict[type[ev.Event], list[Any]] = defaultdict(list)
             for cls, item in zip(classes, items):
                 groups[cls].append(item)
@@ -228,8 +245,16 @@ class ChunkEncoder:
             kinds, _array("I", lens).tobytes() if not _BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
             text, int_bytes,
         ))
-        if self._zlib is not None:
-            raw = self._zlib.compress(raw) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+        z = self._zlib
+        if z is not None:
+            if budget_ns is not None and len(raw) * self._zlib_ns_per_byte > budget_ns:
+                self.stored = True  # written as is, outside the zlib stream
+            else:
+                n_raw = len(raw)
+                t0 = _perf_counter_ns()
+                raw = z.compress(raw) + z.flush(zlib.Z_SYNC_FLUSH)
+                # what compressing costs here, per byte (a moving average), for the next decisions
+                self._zlib_ns_per_byte += ((_perf_counter_ns() - t0) / max(n_raw, 1) - self._zlib_ns_per_byte) / 8
         return raw, b"".join(blob)
 
     def _culprit(self, groups: dict[type[ev.Event], list[Any]]) -> str:

@@ -47,6 +47,8 @@ FRAME_MAGIC = b"VF"
 FLAG_ZLIB = 1
 FRAME_CHUNK = 1
 FRAME_END = 2
+#: Frame flag: the chunk's metadata is stored as is, outside the file's zlib stream.
+FRAME_STORED = 1
 
 _HEAD = struct.Struct("<8sHHI")
 _CRC = struct.Struct("<I")
@@ -76,10 +78,10 @@ def _header_bytes(header: TraceHeader, compressed: bool) -> bytes:
     return head + _CRC.pack(zlib.crc32(head))
 
 
-def _frame(kind: int, n_events: int, meta: bytes, blob: bytes) -> list[bytes]:
+def _frame(kind: int, n_events: int, meta: bytes, blob: bytes, flags: int = 0) -> list[bytes]:
     """A frame as pieces to write in order (a large blob is not copied into one buffer)."""
     crc = zlib.crc32(blob, zlib.crc32(meta))
-    head = _FRAME.pack(FRAME_MAGIC, kind, 0, n_events, len(meta), len(blob), crc)
+    head = _FRAME.pack(FRAME_MAGIC, kind, flags, n_events, len(meta), len(blob), crc)
     first = head + _CRC.pack(zlib.crc32(head)) + meta
     if len(blob) < 1 << 16:
         return [first + blob]
@@ -120,17 +122,24 @@ class TraceFileWriter:
         """Encode ``events`` as one chunk and append it (nothing for an empty list)."""
         self.write_rows([e.__class__ for e in events], events)
 
-    def write_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False) -> None:
-        """Append one chunk of events given as kinds and events-or-rows (see ``ChunkEncoder.encode_rows``)."""
+    def write_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False,
+                   compress_budget_ns: float | None = None) -> None:
+        """Append one chunk of events given as kinds and events-or-rows (see ``ChunkEncoder.encode_rows``).
+
+        ``compress_budget_ns``: compress this chunk only if that should take at most this
+        long (None: always, if the file is compressed); otherwise it is stored as is.
+        """
         if self.closed:
             raise TraceFormatError("the trace file is closed; no more events can be written")
         if not items:
             return
         try:
-            meta, blob = self._encoder.encode_rows(classes, items, rows_only=rows_only)
+            meta, blob = self._encoder.encode_rows(classes, items, rows_only=rows_only,
+                                                   compress_budget_ns=compress_budget_ns)
         except EncodeError as exc:
             raise TraceFormatError(f"cannot write event: {exc}") from exc
-        self._write(_frame(FRAME_CHUNK, len(items), meta, blob))
+        stored = FRAME_STORED if self._encoder.stored and self._encoder.compressed else 0
+        self._write(_frame(FRAME_CHUNK, len(items), meta, blob, stored))
         self.n_events += len(items)
 
     def close(self) -> None:
@@ -228,7 +237,7 @@ class TraceFileReader:
                     raise TraceFormatError(f"{self.name}: corrupt frame at byte {at} (bad magic)")
                 self.truncated_at = at
                 return
-            magic, kind, _, n_events, meta_len, blob_len, payload_crc = _FRAME.unpack_from(head)
+            magic, kind, frame_flags, n_events, meta_len, blob_len, payload_crc = _FRAME.unpack_from(head)
             if magic != FRAME_MAGIC:
                 raise TraceFormatError(f"{self.name}: corrupt frame at byte {at} (bad magic)")
             if _CRC.unpack_from(head, _FRAME.size)[0] != zlib.crc32(head[: _FRAME.size]):
@@ -254,8 +263,11 @@ class TraceFileReader:
                 continue
             if kind != FRAME_CHUNK:
                 raise TraceFormatError(f"{self.name}: unknown frame type {kind} at byte {at}")
+            if frame_flags & ~FRAME_STORED:
+                raise TraceFormatError(f"{self.name}: unknown frame flags {frame_flags:#x} at byte {at + 3}")
             try:
-                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events, at)
+                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events, at,
+                                               stored=bool(frame_flags & FRAME_STORED))
             except (ValueError, IndexError, KeyError, struct.error, zlib.error, UnicodeDecodeError) as exc:
                 raise TraceFormatError(f"{self.name}: undecodable chunk at byte {at}: {exc}") from exc
             self.n_events += n_events
