@@ -4,9 +4,10 @@ Layout (all integers little-endian; ``docs/trace-format.md`` is the full descrip
 
     file   = header frame* end?
     header = "VZTRACE\\0" u16:version u16:flags u32:json_len json u32:crc32(all before)
-    frame  = "VF" u8:type u8:0 u32:n_events u32:meta_len u64:blob_len u32:payload_crc
+    frame  = "VF" u8:type u8:flags u32:n_events u32:meta_len u64:blob_len u32:payload_crc
              u32:header_crc meta[meta_len] blob[blob_len]
     type   = 1 (a chunk of events, ``chunks.py``) | 2 (end: n_events = events in the file)
+    flags  = bit 0: the chunk's meta is stored as is, outside the file's zlib stream
 
 Frames are only ever appended, each in one write, so a file cut anywhere (a process
 killed by SIGKILL, a disk full) still holds every frame written before the cut. The
