@@ -22,7 +22,7 @@ from vizalloc.tui.widgets.memory_map import MemoryMap
 from vizalloc.tui.widgets.table import VirtualTable
 
 from tests.tui.conftest import ready
-from tests.tui.fixture_trace import G1, G3, NAMES, W, X
+from tests.tui.fixture_trace import G1, NAMES, W, X
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 40)

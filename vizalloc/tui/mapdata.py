@@ -22,7 +22,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.analysis.model import NEVER, TraceModel
