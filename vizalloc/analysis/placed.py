@@ -8,8 +8,8 @@ each view turns them into its own blocks.
 
 A root is shown *dangling* when its buffer was freed, and *stale* when its placement is
 left over from an earlier binding and the plan skipped it as external (or there is no
-plan to say). A stale placement that the plan itself gave bytes to is not stale here:
-the binding is about to place it again.
+plan to say); only those are marked (a stale placement of a root the plan did not skip
+is shown as live).
 
     by_buffer = placed_roots(model, binding.graph, binding.plan_id, binding.end_seq)
     for buffer_id, roots in by_buffer.items():
