@@ -8,7 +8,7 @@ from pathlib import Path
 from vizalloc.analysis.diff import diff_models
 from vizalloc.analysis.hazards import HazardKind
 from vizalloc.analysis.model import build_model
-from vizalloc.analysis.quality import Block, greedy_by_size, plan_quality
+from vizalloc.analysis.quality import Block, greedy_by_size, peak_live, plan_quality
 from vizalloc.runtime.casefile import CaseReplay, parse_case
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import ListRecorder
@@ -57,6 +57,13 @@ def test_quality_of_a_plan_with_a_hole():
     assert s.padding_bytes == 0
     assert [blk.names for blk in s.live_at_peak] == [("c",), ("b",)]
     assert abs(s.vs_lower_bound - 1.2) < 1e-9
+
+
+def test_peak_live_sums_half_open_ranges_and_names_the_first_peak_step():
+    assert peak_live([(0, 2, 100), (1, 3, 50), (2, 4, 100)]) == (150, 1)
+    assert peak_live([(0, 2, 100), (2, 4, 100)]) == (100, 0)     # one ends where the other starts
+    assert peak_live([(-1, 5, 8), (3, 3, 1000), (4, 2, 1000), (0, 9, 0)]) == (8, -1)  # empty ranges count nothing
+    assert peak_live([]) == (0, None)
 
 
 def test_in_place_bytes_are_counted_once_at_the_peak():
