@@ -255,7 +255,7 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         lock.acquire()  # (cheaper than ``with``)
         try:
             _seq = seq = _seq + 1
-            sink(cls, (seq, _perf_counter_ns(), loc, *payload))
+            sink(cls, (seq, _perf_counter_ns(), loc) + payload)
         finally:
             lock.release()
         return None
@@ -265,7 +265,7 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
     if _row_sinks and _arity.get(cls) == len(payload):
         with _lock:
             _seq = seq = _seq + 1
-            row = (seq, _perf_counter_ns(), loc, *payload)
+            row = (seq, _perf_counter_ns(), loc) + payload
             for row_sink in _row_sinks:
                 row_sink(cls, row)
         return None
