@@ -120,13 +120,13 @@ class VirtualTable(Widget, can_focus=True):
     def set_cursor(self, row: int) -> None:
         n = len(self.source)
         row = min(max(row, 0), max(n - 1, 0))
-        self._scroll_to(row)
+        self._scroll_to_row(row)
         self.cursor = row
 
     def _page(self) -> int:
         return max(1, self.size.height - 1)
 
-    def _scroll_to(self, row: int) -> None:
+    def _scroll_to_row(self, row: int) -> None:
         page = self._page()
         if row < self.top:
             self.top = row
@@ -178,7 +178,7 @@ class VirtualTable(Widget, can_focus=True):
         self.refresh()
 
     def on_resize(self) -> None:
-        self._scroll_to(self.cursor)
+        self._scroll_to_row(self.cursor)
 
     # -- drawing ------------------------------------------------------------------
     def _widths(self, width: int) -> list[int]:
