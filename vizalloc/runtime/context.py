@@ -129,7 +129,7 @@ class Context:
             recorder.emit(
                 ev.TensorCreated, t.id, self.id, t.name, dtype.label, t.ne, t.nb, op.value,
                 _params_for_trace(t.op_params),
-                tuple(-1 if s is None else s.id for s in srcs),
+                tuple([-1 if s is None else s.id for s in srcs]),
                 -1 if view_src is None else view_src.id, view_offs, t.flags,
                 -1 if copy_of is None else copy_of.id,
             )
@@ -201,6 +201,12 @@ class Context:
 
 def _params_for_trace(params: tuple[Any, ...]) -> tuple[int | float | str, ...]:
     """Op params as plain values (enums become their names)."""
+    for p in params:  # the usual case: already plain ints, floats and strings (or none)
+        cls = type(p)
+        if cls is not int and cls is not float and cls is not str:
+            break
+    else:
+        return params
     out: list[int | float | str] = []
     for p in params:
         if isinstance(p, (bool,)):

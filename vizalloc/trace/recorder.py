@@ -152,9 +152,18 @@ def _walk(frame: Any) -> Location | None:
     cache = _loc_cache
     if frame is cache[0]:
         return cache[1]
-    first = frame
-    outer = None
+    if frame is cache[2]:
+        return cache[3]
+    code = frame.f_code
+    lines = _code_lines.get(id(code))
+    if lines is None:
+        lines = _lines_of(code)
+    if lines.__class__ is dict:  # the user's code
+        loc = lines.get(frame.f_lasti)  # type: ignore[union-attr]
+        return _user_loc(frame, code, lines) if loc is None else loc  # type: ignore[arg-type]
+    first = outer = frame if lines is _INTERNAL else None
     f2 = cache[2]
+    frame = frame.f_back
     while frame is not None:
         if frame is f2:
             loc = cache[3]
@@ -163,7 +172,7 @@ def _walk(frame: Any) -> Location | None:
         lines = _code_lines.get(id(code))
         if lines is None:
             lines = _lines_of(code)
-        if lines.__class__ is dict:  # the user's code
+        if lines.__class__ is dict:
             loc = lines.get(frame.f_lasti)  # type: ignore[union-attr]
             if loc is None:
                 loc = _user_loc(frame, code, lines)  # type: ignore[arg-type]
@@ -172,15 +181,13 @@ def _walk(frame: Any) -> Location | None:
         frame = frame.f_back
     else:
         loc = None
-    # The caller is vizalloc's own code, and not just a function the user called (a new frame
-    # per call, like Tensor.set_name: remembering it would cost more than it saves):
-    # remember what was found.
-    if first is not frame and first is not outer:
-        c1 = first if _code_lines[id(first.f_code)] is _INTERNAL else None
+    # Remember what was found, unless the caller is just a function the user called
+    # (a new frame per call, like Tensor.set_name: remembering would cost more than it saves).
+    if first is not outer:
         if outer is None or (frame is f2 and f2 is not None):  # keep the cached outer pair
-            _loc_cache = (c1, loc, f2, cache[3])
+            _loc_cache = (first, loc, f2, cache[3])
         else:
-            _loc_cache = (c1, loc, outer, loc)
+            _loc_cache = (first, loc, outer, loc)
     return loc
 
 
@@ -222,33 +229,45 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         cache = _loc_cache  # read once: another thread may replace it
         if frame is cache[0]:
             loc = cache[1]
+        elif frame is cache[2]:
+            loc = cache[3]
         else:
-            first = frame
-            outer = None
-            f2 = cache[2]
-            while frame is not None:
-                if frame is f2:
-                    loc = cache[3]
-                    break
-                code = frame.f_code
-                lines = _code_lines.get(id(code))
-                if lines is None:
-                    lines = _lines_of(code)
-                if lines.__class__ is dict:  # the user's code
-                    loc = lines.get(frame.f_lasti)
-                    if loc is None:
-                        loc = _user_loc(frame, code, lines)
-                    break
-                outer = frame if lines is _INTERNAL else None
-                frame = frame.f_back
+            code = frame.f_code
+            lines = _code_lines.get(id(code))
+            if lines is None:
+                lines = _lines_of(code)
+            if lines.__class__ is dict:  # the caller is the user's code
+                loc = lines.get(frame.f_lasti)
+                if loc is None:
+                    loc = _user_loc(frame, code, lines)
             else:
-                loc = None
-            if first is not frame and first is not outer:  # remember what this walk found (see _loc_cache)
-                c1 = first if _code_lines[id(first.f_code)] is _INTERNAL else None
-                if outer is None or (frame is f2 and f2 is not None):
-                    _loc_cache = (c1, loc, f2, cache[3])
+                first = outer = frame if lines is _INTERNAL else None
+                f2 = cache[2]
+                frame = frame.f_back
+                while frame is not None:
+                    if frame is f2:
+                        loc = cache[3]
+                        break
+                    code = frame.f_code
+                    lines = _code_lines.get(id(code))
+                    if lines is None:
+                        lines = _lines_of(code)
+                    if lines.__class__ is dict:  # the user's code
+                        loc = lines.get(frame.f_lasti)
+                        if loc is None:
+                            loc = _user_loc(frame, code, lines)
+                        break
+                    outer = frame if lines is _INTERNAL else None
+                    frame = frame.f_back
                 else:
-                    _loc_cache = (c1, loc, outer, loc)
+                    loc = None
+                # remember what this walk found (see _loc_cache), unless the caller is just a
+                # function the user called (a new frame per call, like Tensor.set_name)
+                if first is not outer:
+                    if outer is None or (frame is f2 and f2 is not None):
+                        _loc_cache = (first, loc, f2, cache[3])
+                    else:
+                        _loc_cache = (first, loc, outer, loc)
     sink = _row_sink
     if sink is not None and _arity.get(cls) == len(payload):  # the usual case: one trace
         lock = _lock
