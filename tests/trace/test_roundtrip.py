@@ -239,3 +239,27 @@ def test_unstorable_values_raise_trace_format_error() -> None:
     w = TraceFileWriter(io.BytesIO(), HEADER)
     with pytest.raises(TraceFormatError, match="64-bit"):
         w.write_events([ev.ContextFreed(1, 2, None, 1 << 70)])
+
+
+def test_a_file_that_writes_less_than_asked_still_gets_every_byte() -> None:
+    class Trickle(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b) -> int:  # type: ignore[no-untyped-def,override]
+            piece = bytes(b[:7])
+            self.data += piece
+            return len(piece)
+
+    events = [ev.Marker(i, 10 * i, None, f"m{i}" * i) for i in range(1, 40)]
+    f = Trickle()
+    w = TraceFileWriter(f, HEADER)
+    w.write_events(events[:20])
+    w.write_rows([type(e) for e in events[20:]], [_as_row(e) for e in events[20:]], rows_only=True,
+                 compress_budget_ns=0)
+    w.close()
+    assert w.nbytes == len(f.data)
+    assert read_trace(io.BytesIO(bytes(f.data))).events == tuple(events)

@@ -144,14 +144,16 @@ def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
     """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped."""
     if not len(a):
         return b"", 0
-    z = (a << 1) ^ (a >> 63)
-    used = int(np.bitwise_or.reduce(z).view(np.uint64))
-    present = [i for i in range(8) if used >> (8 * i) & 0xFF]
-    k = len(present)
+    z = a << 1
+    z ^= a >> 63
+    used = int(np.bitwise_or.reduce(z)) & 0xFFFF_FFFF_FFFF_FFFF
+    k = (used.bit_length() + 7) >> 3
     planes = z.view(np.uint8).reshape(-1, 8)
-    # the usual case: the low k planes, taken by slice
-    planes = planes[:, :k] if present[-1:] == [k - 1] else planes[:, present]
-    return planes.T.tobytes(), sum(1 << i for i in present)
+    low = used.to_bytes(8, "little")[:k]
+    if b"\0" not in low:  # the usual case: the low k planes, taken by slice
+        return planes[:, :k].T.tobytes(), (1 << k) - 1
+    present = [i for i in range(k) if low[i]]
+    return planes[:, present].T.tobytes(), sum(1 << i for i in present)
 
 
 _PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]

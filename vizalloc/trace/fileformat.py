@@ -101,6 +101,7 @@ class TraceFileWriter:
 
     def __init__(self, file: BinaryIO, header: TraceHeader, *, compress_level: int | None = 1) -> None:
         self._file = file
+        self._file_flush = getattr(file, "flush", None)
         self._encoder = ChunkEncoder(compress_level)
         self.n_events = 0
         #: Bytes written so far (header, frames, end record).
@@ -109,15 +110,17 @@ class TraceFileWriter:
         self._write([_header_bytes(header, self._encoder.compressed)])
 
     def _write(self, pieces: list[bytes]) -> None:
+        write = self._file.write
         for data in pieces:
-            view = memoryview(data)
-            while view:  # raw files may write less than asked
-                n = self._file.write(view)
-                view = view[n:] if n is not None else view[len(view):]
+            n = write(data)
+            if n is not None and n < len(data):  # raw files may write less than asked
+                view = memoryview(data)[n:]
+                while view:
+                    n = write(view)
+                    view = view[n:] if n is not None else view[len(view):]
             self.nbytes += len(data)
-        flush = getattr(self._file, "flush", None)
-        if flush is not None:
-            flush()
+        if self._file_flush is not None:
+            self._file_flush()
 
     def write_events(self, events: Sequence[ev.Event]) -> None:
         """Encode ``events`` as one chunk and append it (nothing for an empty list)."""
