@@ -8,9 +8,13 @@ Figures, all from this one run:
 1. **Overhead ratio** of a training-like loop, traced vs untraced: the demo scenario
    ``vizalloc.scenarios.shared_tensors`` (strategy ``none``, forward and backward graph
    per step through one scheduler), timing only the training loop (``around_loop``),
-   traced into a file as ``vizalloc run`` does (``keep_events=False``), and with values
-   captured. CPU time of the process (the machine is shared), one BLAS thread, best of
-   several alternating repeats, so other load on the machine counts least.
+   traced into a file as ``vizalloc run`` does (``keep_events=False``), with the default
+   ``vizalloc.trace(path)`` (events also kept in memory), with every chunk compressed
+   (``compress_max_overhead=None``), and with values captured; and, to show where the
+   time goes, with a recorder that drops every row (the runtime's traced code paths plus
+   ``emit``, nothing stored or written). CPU time of the process (the machine is
+   shared), one BLAS thread, best of several alternating repeats, so other load on the
+   machine counts least.
 2. **µs per event** on the recorder path: ``Tensor.set_name`` in a loop (one event each,
    source line found by walking the stack, written to a file), traced minus untraced,
    divided by the events; and the same for the demo loop (extra loop time / events).
@@ -43,6 +47,7 @@ import vizalloc  # noqa: E402
 from vizalloc.runtime import F32, Context  # noqa: E402
 from vizalloc.scenarios import shared_tensors  # noqa: E402
 from vizalloc.trace import events as ev  # noqa: E402
+from vizalloc.trace import recorder  # noqa: E402
 from vizalloc.trace.api import TraceSession  # noqa: E402
 from vizalloc.trace.fileformat import TraceFileWriter  # noqa: E402
 from vizalloc.trace.schema import SCHEMA  # noqa: E402
@@ -53,10 +58,37 @@ def _clock() -> float:
     return time.process_time()
 
 
+class DroppingRecorder:
+    """Takes every row and keeps nothing: what the runtime's traced paths and ``emit`` cost."""
+
+    capture_values = False
+
+    def __init__(self) -> None:
+        self.n_events = 0
+
+    def record(self, event: ev.Event) -> None:
+        self.n_events += 1
+
+    def record_row(self, cls: type[ev.Event], row: tuple[object, ...]) -> None:
+        self.n_events += 1
+
+
+#: mode -> (label, trace options); "untraced" and "dropped" are special
+MODES: dict[str, tuple[str, dict[str, object]]] = {
+    "untraced": ("untraced", {}),
+    "dropped": ("recorder drops rows", {}),
+    "file": ("traced to a file", {"keep_events": False}),
+    "file+keep": ("file, events kept", {}),
+    "file+zlib": ("file, all compressed", {"keep_events": False, "compress_max_overhead": None}),
+    "values": ("traced + values", {"keep_events": False, "capture_values": True}),
+}
+
+
 def demo_loop(steps: int, tmp: Path, mode: str, config: str | shared_tensors.Config = "A") -> tuple[float, int, int]:
     """Seconds of the scenario's training loop; events and file bytes when traced."""
     box: dict[str, float] = {}
     sessions: list[TraceSession] = []
+    dropping = DroppingRecorder()
     path = tmp / f"demo-{mode}.vztrace"
 
     @contextlib.contextmanager
@@ -64,14 +96,22 @@ def demo_loop(steps: int, tmp: Path, mode: str, config: str | shared_tensors.Con
         t0 = _clock()
         if mode == "untraced":
             yield
+        elif mode == "dropped":
+            recorder.push(dropping)
+            try:
+                yield
+            finally:
+                recorder.pop(dropping)
         else:
-            session = vizalloc.trace(path, capture_values=(mode == "values"), keep_events=False)
+            session = vizalloc.trace(path, **MODES[mode][1])  # type: ignore[arg-type]
             sessions.append(session)
             with session:
                 yield
         box["s"] = _clock() - t0
 
     shared_tensors.run("none", steps=steps, seed=0, config=config, around_loop=around)
+    if mode == "dropped":
+        return box["s"], dropping.n_events, 0
     if not sessions:
         return box["s"], 0, 0
     return box["s"], sessions[0].n_events, path.stat().st_size
@@ -136,12 +176,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for mode in ("untraced", "file", "values"):
+        for mode in MODES:
             demo_loop(2, tmp, mode)  # warm up imports and caches
         big = shared_tensors.Config(n_in=512, n_hidden=1024, n_out=16, batch=256)
         for config, label in (("A", "config A: 16-32-4 MLP, batch 8"), (big, "512-1024-16 MLP, batch 256")):
             n_steps = steps if config == "A" else max(2, steps // 4)
-            times: dict[str, list[float]] = {"untraced": [], "file": [], "values": []}
+            times: dict[str, list[float]] = {mode: [] for mode in MODES}
             facts: dict[str, tuple[int, int]] = {}
             for _ in range(repeats):  # alternate, so drifting machine load hits all modes alike
                 for mode in times:
@@ -151,12 +191,15 @@ def main() -> None:
                         facts[mode] = (n, nbytes)
             base = min(times["untraced"])
             print(f"demo loop (shared_tensors 'none', {label}, {n_steps} steps), CPU time, best of {repeats}:")
-            print(f"  untraced             {base * 1e3:8.1f} ms")
-            for mode, what in (("file", "traced to a file"), ("values", "traced + values")):
+            print(f"  {'untraced':<22} {base * 1e3:8.1f} ms")
+            for mode, (what, _) in MODES.items():
+                if mode == "untraced":
+                    continue
                 t = min(times[mode])
                 n, nbytes = facts[mode]
-                print(f"  {what:<20} {t * 1e3:8.1f} ms  ratio {t / base:6.3f}x   {n:,} events, "
-                      f"{(t - base) / n * 1e6:5.2f} us/event, {nbytes / n:7.1f} B/event")
+                size = f"{nbytes / n:7.1f} B/event" if nbytes else "(no file)"
+                print(f"  {what:<22} {t * 1e3:8.1f} ms  ratio {t / base:6.3f}x   {n:,} events, "
+                      f"{(t - base) / n * 1e6:5.2f} us/event, {size}")
 
         b = best(lambda: set_name_loop(n_names, tmp, False), repeats)
         t = best(lambda: set_name_loop(n_names, tmp, True), repeats)
