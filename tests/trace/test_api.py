@@ -275,3 +275,26 @@ def test_the_final_trace_is_built_once_on_first_access(tmp_path: Path) -> None:
     assert len(during) == 10  # a snapshot taken while recording does not grow
     with pytest.raises(UsageError):
         t.start()
+
+
+def test_a_kept_file_trace_holds_written_chunks_not_rows(tmp_path: Path) -> None:
+    path = tmp_path / "kept.vztrace"
+    with vizalloc.trace(path, capture_values=True, flush_interval_s=3600) as t:
+        ctx = Context(name="k")
+        x = ctx.new_tensor_1d(F32, 4, name="x")
+        vizalloc.mark("a")
+        t.flush()
+        assert t._items == [] and t.n_events == 3    # written: the rows are gone, the chunk is kept
+        recorder.emit(ev.ValueSnapshot, x.id, 1, "end", "f32", (4, 1, 1, 1), bytes(range(16)))
+        vizalloc.mark("b")
+        snapshot = t.trace                            # decoded chunk + rows not written yet
+        assert [type(e).__name__ for e in snapshot.events] == [
+            "ContextCreated", "TensorCreated", "Marker", "ValueSnapshot", "Marker"]
+        t.flush()
+        vizalloc.mark("c")
+        t.flush()
+        assert _markers(t.trace) == ["a", "b", "c"]
+    final = t.trace
+    assert final.events[:5] == snapshot.events and t.n_events == 6
+    assert final.events[3].data == bytes(range(16))  # type: ignore[attr-defined]
+    assert vizalloc.load(path) == final

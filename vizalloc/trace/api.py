@@ -29,6 +29,7 @@ from typing import Any
 from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
+from vizalloc.trace.chunk_decoder import ChunkDecoder
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWriter, read_trace
 from vizalloc.trace.schema import SCHEMA
 from vizalloc.trace.value import Trace, TraceHeader
@@ -93,8 +94,13 @@ class TraceSession:
         self._items: list[Any] = []
         self._rows_only = True       # no event object among the items
         self._events: list[ev.Event] = []  # the items made events so far (a prefix)
-        self._flushed = 0            # items already written
-        self._dropped = 0            # items written and dropped (keep_events=False)
+        # keep_events with a file: the chunks as written (meta, blob, n_events, stored), decoded
+        # into events only when .trace is asked for; the rows themselves are dropped at each
+        # flush (millions of kept tuples would cost the program memory and GC passes)
+        self._chunks: list[tuple[bytes, bytes, int, bool]] = []
+        self._decoded: list[ev.Event] = []
+        self._decoder: ChunkDecoder | None = None
+        self._dropped = 0            # items written and dropped from the lists
         self._n_final = 0            # items dropped once the final Trace was built
         self._value_bytes = 0
         # flush when an event is stamped at or after this time, or this many items wait
@@ -231,29 +237,27 @@ class TraceSession:
             return
         now = time.perf_counter_ns()
         self._limits[0] = now + self._interval_ns
-        start = self._flushed
-        if start >= len(self._items):
+        if not self._items:
             return
         overhead = self._compress_overhead
         budget_ns = None if overhead is None else (now - self._last_flush_ns) * overhead
         self._last_flush_ns = now
         try:
-            writer.write_rows(self._kinds[start:], self._items[start:], rows_only=self._rows_only,
-                              compress_budget_ns=budget_ns)
+            chunk = writer.write_rows(self._kinds, self._items, rows_only=self._rows_only,
+                                      compress_budget_ns=budget_ns)
         except (TraceFormatError, OSError) as exc:
             # never break the traced program: remember, stop writing, report at stop()
             self.error = exc
             return
         self._value_bytes = 0
         if self.keep_events:
-            self._flushed = len(self._items)
-        else:
-            self._dropped += len(self._items)
-            self._items.clear()
-            self._kinds.clear()
-            self._rows_only = True
-            self._flushed = 0
-        self._limits[1] = self._flushed + self._max_pending
+            self._chunks.append(chunk)  # type: ignore[arg-type]
+        self._dropped += len(self._items)
+        self._items.clear()
+        self._kinds.clear()
+        self._events.clear()
+        self._rows_only = True
+        self._limits[1] = self._max_pending
 
     def flush(self) -> None:
         """Write pending events now."""
@@ -264,7 +268,7 @@ class TraceSession:
         """Called by the flusher thread every ``flush_interval_s``: events stop arriving while
         the program computes or waits, so write them anyway."""
         with recorder._lock:
-            if self.active and len(self._items) > self._flushed:
+            if self.active and self._items:
                 self._flush()
 
     # -- results ---------------------------------------------------------------------
@@ -293,26 +297,35 @@ class TraceSession:
             trace_ = Trace(self.header, tuple(self._materialize()))
             if self._stopped:  # built once; the rows are no longer needed
                 self._final = trace_
-                self._n_final = len(self._items)
-                self._items, self._kinds, self._events = [], [], []
+                self._n_final = self.n_events
+                self._dropped = 0
+                self._items, self._kinds, self._events, self._decoded = [], [], [], []
             return trace_
 
     def _materialize(self) -> list[ev.Event]:
-        """The items as events (rows built into events once, in bulk)."""
-        done = len(self._events)
-        if done < len(self._items):
-            was_enabled = gc.isenabled()
-            gc.disable()  # millions of new objects would trigger pointless collections
-            try:
+        """Every event so far: the chunks written (decoded once, in order), then the items not
+        written yet (rows built into events once, in bulk)."""
+        was_enabled = gc.isenabled()
+        gc.disable()  # millions of new objects would trigger pointless collections
+        try:
+            if self._chunks:
+                if self._decoder is None:
+                    self._decoder = ChunkDecoder.for_current_schema(compressed=self._compress_level is not None)
+                decode = self._decoder.decode
+                parts = [decode(meta, blob, n, stored=stored) for meta, blob, n, stored in self._chunks]
+                self._decoded += self._decoder.assemble(parts)
+                self._chunks.clear()
+            done = len(self._events)
+            if done < len(self._items):
                 new = _NEW
                 self._events += [
                     new[c](*x) if type(x) is tuple else x
                     for c, x in zip(self._kinds[done:], self._items[done:])
                 ]
-            finally:
-                if was_enabled:
-                    gc.enable()
-        return self._events
+        finally:
+            if was_enabled:
+                gc.enable()
+        return self._decoded + self._events if self._decoded else self._events
 
     def __repr__(self) -> str:
         state = "active" if self.active else "stopped"

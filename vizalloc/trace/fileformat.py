@@ -127,16 +127,19 @@ class TraceFileWriter:
         self.write_rows([e.__class__ for e in events], events)
 
     def write_rows(self, classes: Sequence[type[ev.Event]], items: Sequence[Any], *, rows_only: bool = False,
-                   compress_budget_ns: float | None = None) -> None:
+                   compress_budget_ns: float | None = None) -> tuple[bytes, bytes, int, bool] | None:
         """Append one chunk of events given as kinds and events-or-rows (see ``ChunkEncoder.encode_rows``).
 
         ``compress_budget_ns``: compress this chunk only if that should take at most this
         long (None: always, if the file is compressed); otherwise it is stored as is.
+
+        Returns the chunk as written, ``(meta, blob, n_events, stored)`` (what
+        ``ChunkDecoder.decode`` takes, in file order), or None for no events.
         """
         if self.closed:
             raise TraceFormatError("the trace file is closed; no more events can be written")
         if not items:
-            return
+            return None
         try:
             meta, blob = self._encoder.encode_rows(classes, items, rows_only=rows_only,
                                                    compress_budget_ns=compress_budget_ns)
@@ -145,6 +148,7 @@ class TraceFileWriter:
         stored = FRAME_STORED if self._encoder.stored and self._encoder.compressed else 0
         self._write(_frame(FRAME_CHUNK, len(items), meta, blob, stored))
         self.n_events += len(items)
+        return meta, blob, len(items), bool(stored)
 
     def close(self) -> None:
         """Append the end record (the file is then known to be complete)."""
