@@ -48,7 +48,7 @@ from vizalloc.runtime import F32, Context  # noqa: E402
 from vizalloc.scenarios import shared_tensors  # noqa: E402
 from vizalloc.trace import events as ev  # noqa: E402
 from vizalloc.trace import recorder  # noqa: E402
-from vizalloc.trace.api import TraceSession  # noqa: E402
+from vizalloc.trace.api import TraceHeader, TraceSession, trace  # noqa: E402
 from vizalloc.trace.fileformat import TraceFileWriter  # noqa: E402
 from vizalloc.trace.schema import SCHEMA  # noqa: E402
 
@@ -103,7 +103,7 @@ def demo_loop(steps: int, tmp: Path, mode: str, config: str | shared_tensors.Con
             finally:
                 recorder.pop(dropping)
         else:
-            session = vizalloc.trace(path, **MODES[mode][1])  # type: ignore[arg-type]
+            session = trace(path, **MODES[mode][1])  # type: ignore[arg-type]
             sessions.append(session)
             with session:
                 yield
@@ -122,7 +122,7 @@ def set_name_loop(n: int, tmp: Path, traced: bool) -> float:
     x = ctx.new_tensor_1d(F32, 4)
     set_name = x.set_name
     cm: contextlib.AbstractContextManager[object] = (
-        vizalloc.trace(tmp / "names.vztrace", keep_events=False) if traced else contextlib.nullcontext()
+        trace(tmp / "names.vztrace", keep_events=False) if traced else contextlib.nullcontext()
     )
     t0 = _clock()
     with cm:
@@ -143,7 +143,7 @@ def synthetic_trace(path: Path, n_events: int, template: tuple[ev.Event, ...]) -
     span_seq = rows[-1][0] - rows[0][0] + 1
     span_t = rows[-1][1] - rows[0][1] + 1000
     with open(path, "wb", buffering=0) as f:
-        writer = TraceFileWriter(f, vizalloc.trace.api.TraceHeader.new())  # type: ignore[attr-defined]
+        writer = TraceFileWriter(f, TraceHeader.new())
         written, copy = 0, 0
         chunk_kinds: list[type[ev.Event]] = []
         chunk_rows: list[tuple[object, ...]] = []
@@ -197,9 +197,9 @@ def main() -> None:
                     continue
                 t = min(times[mode])
                 n, nbytes = facts[mode]
-                size = f"{nbytes / n:7.1f} B/event" if nbytes else "(no file)"
+                per_event = f"{nbytes / n:7.1f} B/event" if nbytes else "(no file)"
                 print(f"  {what:<22} {t * 1e3:8.1f} ms  ratio {t / base:6.3f}x   {n:,} events, "
-                      f"{(t - base) / n * 1e6:5.2f} us/event, {size}")
+                      f"{(t - base) / n * 1e6:5.2f} us/event, {per_event}")
 
         b = best(lambda: set_name_loop(n_names, tmp, False), repeats)
         t = best(lambda: set_name_loop(n_names, tmp, True), repeats)
@@ -209,7 +209,7 @@ def main() -> None:
 
         sessions: list[TraceSession] = []
         shared_tensors.run("none", steps=10, seed=0,
-                           around_loop=lambda: sessions.append(vizalloc.trace()) or sessions[-1])  # type: ignore[func-returns-value]
+                           around_loop=lambda: sessions.append(trace()) or sessions[-1])  # type: ignore[func-returns-value]
         template = sessions[0].trace.events
         path = tmp / "synthetic.vztrace"
         gc.collect()
@@ -221,10 +221,10 @@ def main() -> None:
         for _ in range(2 if args.quick else 3):
             gc.collect()
             w0, t0 = time.perf_counter(), _clock()
-            trace = vizalloc.load(path)
+            loaded = vizalloc.load(path)
             loads.append((_clock() - t0, time.perf_counter() - w0))
-            assert len(trace) == n
-            del trace
+            assert len(loaded) == n
+            del loaded
         t_load, w_load = min(loads)
         print(f"synthetic trace ({n:,} events of the demo's mix, one chunk per compute):")
         print(f"  write {t_write:6.2f} s CPU ({t_write / n * 1e6:4.2f} us/event), {size / n:5.1f} B/event, "

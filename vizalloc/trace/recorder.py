@@ -159,8 +159,8 @@ def _walk(frame: Any) -> Location | None:
     if lines is None:
         lines = _lines_of(code)
     if lines.__class__ is dict:  # the user's code
-        loc = lines.get(frame.f_lasti)  # type: ignore[union-attr]
-        return _user_loc(frame, code, lines) if loc is None else loc  # type: ignore[arg-type]
+        loc = lines.get(frame.f_lasti)
+        return _user_loc(frame, code, lines) if loc is None else loc
     first = outer = frame if lines is _INTERNAL else None
     f2 = cache[2]
     frame = frame.f_back
@@ -173,9 +173,9 @@ def _walk(frame: Any) -> Location | None:
         if lines is None:
             lines = _lines_of(code)
         if lines.__class__ is dict:
-            loc = lines.get(frame.f_lasti)  # type: ignore[union-attr]
+            loc = lines.get(frame.f_lasti)
             if loc is None:
-                loc = _user_loc(frame, code, lines)  # type: ignore[arg-type]
+                loc = _user_loc(frame, code, lines)
             break
         outer = frame if lines is _INTERNAL else None
         frame = frame.f_back
