@@ -12,7 +12,8 @@ import gc
 import os
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +110,10 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
     except OSError as exc:
         raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
     events: list[ev.Event] = []
-    with f:
+    # Reading makes millions of objects that all stay alive; each full collection would walk
+    # them all while holding the GIL, freezing the UI for up to 260 ms near the end of a
+    # 2M-event file.
+    with f, collector_paused(lambda: len(events) >= FREEZE_EVENTS):
         reader = TraceFileReader(f, os.fspath(path))
         for batch in reader.batches(batch_events):
             events.extend(batch)
@@ -120,12 +124,31 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
         return events, reader.header
 
 
+@contextmanager
+def collector_paused(freeze: Callable[[], bool]) -> Iterator[None]:
+    """Pause the cyclic garbage collector; when it was on, turn it back on after, first
+    freezing (``gc.freeze``) every object alive if ``freeze()`` says so.
+
+    The events and the model of a big trace are millions of long-lived objects: frozen,
+    they are out of the collector's sight, or every full collection would stall the UI for
+    up to a second. Small traces are left alone: frozen objects are never freed.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            if freeze():
+                gc.freeze()
+            gc.enable()
+
+
 def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress | None = None) -> Analysis:
     """Model, hazards and tensor rows of a trace's events."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # millions of small records: collections would only cost time
-    try:
-        model = build_model(list(events), progress=(lambda d, t: progress("model", d, t)) if progress else None)
+    with collector_paused(lambda: len(events) >= FREEZE_EVENTS):
+        # a list is used as it is (events_of copies anything else)
+        model = build_model(events, progress=(lambda d, t: progress("model", d, t)) if progress else None)
         if progress:
             progress("hazards", 0, 1)
         hazards = find_hazards(model)
@@ -134,12 +157,4 @@ def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress |
         rows = build_tensor_rows(model, progress=(lambda d, t: progress("tensors", d, t)) if progress else None)
         analysis = Analysis(model, hazards, rows, header)
         analysis.tensor_order.warm()
-    finally:
-        if was_enabled:
-            # The events and the model of a big trace are millions of long-lived objects: move
-            # them out of the collector's sight, or every full collection would stall the UI for
-            # up to a second. (Small traces are left alone: frozen objects are never freed.)
-            if len(events) >= FREEZE_EVENTS:
-                gc.freeze()
-            gc.enable()
     return analysis
