@@ -1,9 +1,16 @@
-"""The help screen: every key of the pane below it and of the app, with what it does."""
+"""The help screen: every key of the pane below it and of the app, with what it does.
+
+Its table is built once per screen below and drawn once per width (see :class:`_Memo`).
+"""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+from weakref import WeakKeyDictionary
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,6 +34,64 @@ def _key(b: Binding) -> str:
                      for k in b.key.split(","))
 
 
+class _Memo:
+    """A renderable drawn once per width: Textual renders a ``Static``'s content twice on
+    show (its height, then its lines), and laying out the keys table is most of the help
+    screen's cost. The segments are the table's own, so it looks exactly the same."""
+
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+        self._segments: dict[tuple[Any, ...], list[Segment]] = {}
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        key = (options.max_width, options.min_width, options.justify, options.overflow, options.no_wrap,
+               options.highlight, options.markup, options.ascii_only, options.legacy_windows, options.encoding)
+        segments = self._segments.get(key)
+        if segments is None:
+            segments = self._segments[key] = list(console.render(self.renderable, options))
+        return segments
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.renderable)
+
+
+#: ``below screen -> (binding sources, rows, table)``: built on a screen's first help, kept
+#: while the screen lives (the panes: the whole session)
+_CONTENT: WeakKeyDictionary[Screen[Any], tuple[tuple[type, ...], list[tuple[str, str]], _Memo]] = \
+    WeakKeyDictionary()
+
+
+def _content(below: Screen[Any], app: Any) -> tuple[list[tuple[str, str]], _Memo]:
+    """The help's rows and table for the screen ``below`` (cached; rebuilt when the widgets
+    with keys of that screen changed, e.g. once its search box was mounted)."""
+    sources: list[Any] = [below]
+    sources.extend(w for w in below.query("*") if getattr(w, "BINDINGS", None))
+    sources.append(app)
+    signature = tuple(type(w) for w in sources)
+    got = _CONTENT.get(below)
+    if got is not None and got[0] == signature:
+        return got[1], got[2]
+    table = Table(title="vizalloc keys", show_header=True, header_style="bold", expand=True)
+    table.add_column("key", no_wrap=True)
+    table.add_column("what it does")
+    rows: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for source in sources:
+        # BINDINGS of the class and of its bases (a pane inherits the shared keys)
+        inherited = [b for cls in type(source).__mro__ for b in cls.__dict__.get("BINDINGS", [])]
+        for b in inherited:
+            if not isinstance(b, Binding) or b.key in seen:
+                continue
+            seen.add(b.key)
+            rows.append((_key(b), b.description or b.action))
+            table.add_row(Text(rows[-1][0]), Text(rows[-1][1]))
+    for key, what in _NAV:
+        table.add_row(Text(key, style="dim"), Text(what, style="dim"))
+    memo = _Memo(table)
+    _CONTENT[below] = (signature, rows, memo)
+    return rows, memo
+
+
 class HelpScreen(ModalScreen[None]):
     """Keys, for the screen that was showing."""
 
@@ -41,24 +106,7 @@ class HelpScreen(ModalScreen[None]):
         self.rows: list[tuple[str, str]] = []
 
     def compose(self) -> ComposeResult:
-        table = Table(title="vizalloc keys", show_header=True, header_style="bold", expand=True)
-        table.add_column("key", no_wrap=True)
-        table.add_column("what it does")
-        seen: set[str] = set()
-        sources: list[Any] = [self.below]
-        sources.extend(w for w in self.below.query("*") if getattr(w, "BINDINGS", None))
-        sources.append(self.app)
-        for source in sources:
-            # BINDINGS of the class and of its bases (a pane inherits the shared keys)
-            inherited = [b for cls in type(source).__mro__ for b in cls.__dict__.get("BINDINGS", [])]
-            for b in inherited:
-                if not isinstance(b, Binding) or b.key in seen:
-                    continue
-                seen.add(b.key)
-                self.rows.append((_key(b), b.description or b.action))
-                table.add_row(Text(self.rows[-1][0]), Text(self.rows[-1][1]))
-        for key, what in _NAV:
-            table.add_row(Text(key, style="dim"), Text(what, style="dim"))
+        self.rows, table = _content(self.below, self.app)
         with VerticalScroll(id="help-box"):
             yield Static(table)
             yield Static(Text("escape closes this help", style="dim"))
