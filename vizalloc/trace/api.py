@@ -54,6 +54,8 @@ class TraceSession:
         capture_values: ask the runtime for ``ValueSnapshot`` events (graph inputs and
             outputs at compute time).
         keep_events: keep every event in memory for ``.trace`` (False: only the file has them).
+            With a file, what is kept is each chunk as written (11-30 bytes per event),
+            decoded into events on the first ``.trace`` access.
         flush_interval_s: the longest time events wait before they are written.
         max_pending: flush when this many events wait.
         compress_level: zlib level for the file's chunk metadata (None: no compression).
