@@ -28,6 +28,7 @@ from vizalloc.errors import VizallocError
 from vizalloc.tui.data import Analysis, analyse, read_events
 from vizalloc.tui.inert import inert, inert_text
 from vizalloc.tui.messages import LoadFailed, LoadProgress, TraceAnalysed
+from vizalloc.tui.screens.base import set_static
 from vizalloc.tui.screens.graph import GraphScreen
 from vizalloc.tui.screens.hazards import HazardsScreen
 from vizalloc.tui.screens.help import HelpScreen
@@ -208,10 +209,10 @@ class VizallocApp(App[None]):
         bar = bars.first(Static)
         bar.set_class(self.loaded and not self.load_error, "-done")
         if self.load_error:
-            bar.update(Text("error: " + self.load_error, style="bold red"))
+            set_static(bar, Text("error: " + self.load_error, style="bold red"), layout=False)
             return
-        bar.update(load_line(_PHASES.get(self.load_phase, self.load_phase), self.load_fraction,
-                             self.scan.n_events, len(self.scan.steps)))
+        set_static(bar, load_line(_PHASES.get(self.load_phase, self.load_phase), self.load_fraction,
+                             self.scan.n_events, len(self.scan.steps)), layout=False)  # one line
 
     # -- navigation -------------------------------------------------------------------
     def delay_update(self, delay: float = 0.05) -> None:

@@ -8,9 +8,11 @@ loading bar and the footer; ``/`` search, escape, and the data-arrived hook.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -23,6 +25,28 @@ from textual.widgets import Input, Static
 
 if TYPE_CHECKING:
     from vizalloc.tui.app import VizallocApp
+
+
+#: ``Static.update`` takes ``layout`` since Textual 1.x; before, every update laid out
+_UPDATE_HAS_LAYOUT = "layout" in inspect.signature(Static.update).parameters
+
+
+def set_static(static: Static, content: Text | str, *, layout: bool) -> None:
+    """``static.update(content)``, without a layout pass when ``layout`` is False.
+
+    For lines of a fixed height (the title, the loading bar, the map's head): a layout
+    pass costs a whole extra frame (about 25 ms) after a key.
+    """
+    if _UPDATE_HAS_LAYOUT:
+        static.update(content, layout=layout)
+    else:
+        static.update(content)
+
+
+def _rows(text: Text | str, width: int) -> int | None:
+    """Lines ``text`` takes at ``width`` cells, or None when one would wrap (unknown)."""
+    lines = (text.plain if isinstance(text, Text) else text).split("\n")
+    return None if any(cell_len(line) > width for line in lines) else len(lines)
 
 
 class PaneScreen(Screen[None]):
@@ -42,6 +66,8 @@ class PaneScreen(Screen[None]):
         super().__init__()
         self._seen_version = -1
         self.filter_text = ""
+        self._info_shown: Text | str | None = None
+        self._info_shown_rows: int | None = None
 
     @property
     def vz(self) -> VizallocApp:
@@ -83,10 +109,17 @@ class PaneScreen(Screen[None]):
             tabs.append(f" {i + 1} {label} ", style=style)
             tabs.append(" ")
         tabs.append_text(self.vz.source_label)
-        self.query_one("#title", Static).update(tabs)
+        set_static(self.query_one("#title", Static), tabs, layout=False)
 
     def set_info(self, text: Text | str) -> None:
-        self.query_one("#info", Static).update(text)
+        """Show ``text`` in the info lines; laid out again only if it may take more or fewer lines."""
+        info = self.query_one("#info", Static)
+        if self._info_shown == text:
+            return
+        width = info.content_region.width
+        rows = _rows(text, width) if width > 0 else None
+        set_static(info, text, layout=rows is None or rows != self._info_shown_rows)
+        self._info_shown, self._info_shown_rows = text, rows
 
     # -- hooks for subclasses -----------------------------------------------------
     def data_changed(self) -> None:

@@ -20,7 +20,7 @@ from vizalloc.tui.mapdata import BindingMap, Panel, default_panel
 from vizalloc.tui.render import (
     COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block, step_label,
 )
-from vizalloc.tui.screens.base import PaneScreen
+from vizalloc.tui.screens.base import PaneScreen, set_static
 from vizalloc.tui.widgets.memory_map import MemoryMap
 
 
@@ -78,8 +78,8 @@ class MapScreen(PaneScreen):
             self.bmap = None
             self.panel = None
             self.mmap.show(None)
-            self.query_one("#maphead", Static).update("no binding in this trace: nothing was placed by a graph "
-                                                       "allocator")
+            set_static(self.query_one("#maphead", Static), "no binding in this trace: nothing was placed by a "
+                       "graph allocator", layout=False)
             return
         self.vz.selected_binding = binding_id
         self.bmap = a.binding_map(binding_id)
@@ -104,7 +104,7 @@ class MapScreen(PaneScreen):
         head = Text()
         if self.bmap is None or self.panel is None:
             head.append("this binding placed nothing" if self.bmap is not None else "")
-            self.query_one("#maphead", Static).update(head)
+            set_static(self.query_one("#maphead", Static), head, layout=False)
             return
         p = self.panel
         n_stale = sum(1 for b in p.blocks if b.stale)
@@ -129,7 +129,7 @@ class MapScreen(PaneScreen):
         head.append(" collision  ", style="dim")
         head.append("   ", style=STYLE_SELECTED)
         head.append(" selected", style="dim")
-        self.query_one("#maphead", Static).update(head)
+        set_static(self.query_one("#maphead", Static), head, layout=False)  # two lines, always
 
     # -- cursor -----------------------------------------------------------------------------
     @on(MemoryMap.CursorMoved, "#map")
