@@ -20,6 +20,7 @@ import zlib
 from array import array as _array
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -82,7 +83,7 @@ def _row_encoder_code(plan: _Plan) -> Any:
             exprs.append(f"len({v})")
             tail.append(f"    items += {v}")
         elif slot == _S_VAR:
-            body.append(f"    v{j} = flat({codec!r}, {v})")
+            body.append(f"    v{j} = flat_{j}({v})")
             exprs.append(f"len(v{j})")
             tail.append(f"    items += v{j}")
         else:  # _S_BYTES
@@ -151,6 +152,8 @@ class ChunkEncoder:
         for j, slot, codec, _name in plan.convert:
             if slot == _S_ENUM:
                 scope[f"enum_{j}"] = ENUMS[codec[5:]]
+            elif slot == _S_VAR:
+                scope[f"flat_{j}"] = self._flattener(codec)
         code = _ROW_ENCODER_CODE.get(cls)
         if code is None:  # compiled once per kind; each encoder binds its own tables
             code = _ROW_ENCODER_CODE[cls] = _row_encoder_code(plan)
@@ -370,7 +373,8 @@ class ChunkEncoder:
                 elif slot == _S_FLOAT:
                     flat[j::w] = [_float_bits(v) for v in col]
                 elif slot == _S_VAR:
-                    items = [self._flat(codec, v) for v in col]
+                    flat_of = self._flattener(codec)
+                    items = [flat_of(v) for v in col]
                     flat[j::w] = list(map(len, items))
                     var_cols.append(items)
                 else:  # _S_BYTES
@@ -385,6 +389,34 @@ class ChunkEncoder:
             item_ints.extend(chain.from_iterable(chain.from_iterable(zip(*var_cols))))
         if blob_cols:
             blob.extend(chain.from_iterable(zip(*blob_cols)))
+
+    def _flattener(self, codec: str) -> Any:
+        """``v -> self._flat(codec, v)``, with a fast path for the usual values: an empty
+        tuple (most ops have no params), and tuples of tuples of exact ints (PlanEnd's
+        chunk sizes). Anything else takes ``_flat``, which also names what is wrong."""
+        if not codec.startswith("tuple<"):
+            return partial(self._flat, codec)
+        flat = self._flat
+
+        if codec == "tuple<tuple<int>>":
+            def flat_tuple_of_int_tuples(v: Any) -> list[int]:
+                if type(v) is tuple:
+                    out: list[int] = []
+                    for e in v:
+                        if type(e) is not tuple or not all(type(x) is int for x in e):
+                            break
+                        out.append(len(e))
+                        out += e
+                    else:
+                        return out
+                return flat(codec, v)
+            return flat_tuple_of_int_tuples
+
+        def flat_tuple(v: Any) -> list[int]:
+            if type(v) is tuple and not v:
+                return []
+            return flat(codec, v)
+        return flat_tuple
 
     def _flat(self, codec: str, v: Any) -> list[int]:
         """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""
