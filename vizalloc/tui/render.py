@@ -183,6 +183,23 @@ def map_row(panel: Panel, geom: MapGeometry, row: int, col0: int, ncols: int, *,
     ``╱`` for a stale or dangling block, a red ``X`` where two blocks collide, ``·`` for
     unused bytes of the buffer; the selected tensors are yellow, the cursor reversed.
     """
+    cells = map_cells(panel, geom, row, col0, ncols, selected=selected, collision_list=collision_list)
+    return merge_runs(with_cursor(cells, row, col0, cursor))
+
+
+def with_cursor(cells: list[Run], row: int, col0: int, cursor: tuple[int, int] | None) -> list[Run]:
+    """``cells`` (of grid row ``row`` from column ``col0``) with the cursor drawn, if it is there."""
+    if cursor is None or cursor[0] != row or not col0 <= cursor[1] < col0 + len(cells):
+        return cells
+    cells = list(cells)
+    text, style = cells[cursor[1] - col0]
+    cells[cursor[1] - col0] = (text if text.strip() else "+", (style + " reverse").strip())
+    return cells
+
+
+def map_cells(panel: Panel, geom: MapGeometry, row: int, col0: int, ncols: int, *,
+              selected: frozenset[int] = frozenset(), collision_list: Sequence[Collision] | None = None) -> list[Run]:
+    """The cells of :func:`map_row`, one ``(text, style)`` per column, without the cursor."""
     lo = row * geom.bytes_per_row
     hi = lo + geom.bytes_per_row
     cands = panel.blocks_in(lo, hi)
@@ -226,13 +243,10 @@ def map_row(panel: Panel, geom: MapGeometry, row: int, col0: int, ncols: int, *,
         while i + k < len(chosen) and chosen[i + k] is b and k < len(label) and cells[i + k][0] != COLLISION_CHAR:
             cells[i + k] = (label[k], cells[i + k][1])
             k += 1
-    if cursor is not None and cursor[0] == row and col0 <= cursor[1] < col0 + ncols:
-        text, style = cells[cursor[1] - col0]
-        cells[cursor[1] - col0] = (text if text.strip() else "+", (style + " reverse").strip())
-    return _merge(cells)
+    return cells
 
 
-def _merge(cells: list[Run]) -> list[Run]:
+def merge_runs(cells: list[Run]) -> list[Run]:
     """Adjacent cells with one style become one run."""
     out: list[Run] = []
     for text, style in cells:
