@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from vizalloc.export.units import fmt_bytes
 from vizalloc.tui.inert import inert
-from vizalloc.tui.mapdata import BindingMap, Panel, default_panel
+from vizalloc.tui.mapdata import BindingMap, Block, Panel, default_panel
 from vizalloc.tui.render import (
     COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block, step_label,
 )
@@ -91,6 +91,9 @@ class MapScreen(PaneScreen):
             offset, step = _focus(panel, selected)
         self.mmap.show(panel, offset=offset, step=step, selected=selected)
         self._head()
+        # now, not on the CursorMoved message: a pane switch then draws the info lines in its
+        # first frame (the message comes after it, finds them equal, and changes nothing)
+        self._describe(*self.mmap.cursor_state())
 
     def apply_target(self) -> None:
         target = self.vz.map_target
@@ -135,23 +138,27 @@ class MapScreen(PaneScreen):
     @on(MemoryMap.CursorMoved, "#map")
     def _cursor(self, event: MemoryMap.CursorMoved) -> None:
         self._head()
+        self._describe(event.blocks, event.offset, event.steps)
+
+    def _describe(self, blocks: list[Block], offset: int, steps: tuple[int, int]) -> None:
+        """The info lines: the cursor's place and the tensors under it."""
         p = self.panel
         if p is None:
             return
-        s0, s1 = event.steps
+        s0, s1 = steps
         where = step_label(s0, p.n_steps) if s0 == s1 else f"{step_label(s0, p.n_steps)}..{step_label(s1, p.n_steps)}"
-        info = Text(f"offset {event.offset}, step {where}: ", style="dim")
-        if not event.blocks:
+        info = Text(f"offset {offset}, step {where}: ", style="dim")
+        if not blocks:
             info.append("no tensor here")
-        for k, b in enumerate(event.blocks[:3]):
+        for k, b in enumerate(blocks[:3]):
             if k:
                 info.append("\n")
             info.append(describe_block(b, p.n_steps), style="bold #ff8787" if b.stale else "")
-            hits = [o for o in p.overlapping(b) if o in event.blocks]
+            hits = [o for o in p.overlapping(b) if o in blocks]
             if hits:
                 info.append("  collides with " + ", ".join(inert(o.name, 30) for o in hits), style="bold #ff5f5f")
-        if len(event.blocks) > 3:
-            info.append(f"\n… and {len(event.blocks) - 3} more")
+        if len(blocks) > 3:
+            info.append(f"\n… and {len(blocks) - 3} more")
         self.set_info(info)
 
     # -- actions ------------------------------------------------------------------------------

@@ -137,9 +137,12 @@ class MemoryMap(Widget, can_focus=True):
             return []
         return cell_blocks(self.panel, self.geom, self.cursor_row, self.cursor_col)
 
+    def cursor_state(self) -> tuple[list[Block], int, tuple[int, int]]:
+        """What :class:`CursorMoved` tells: the blocks under the cursor, its offset, its steps."""
+        return self.cursor_blocks(), self.cursor_row * self.geom.bytes_per_row, self.geom.steps_of(self.cursor_col)
+
     def _moved(self) -> None:
-        self.post_message(self.CursorMoved(self, self.cursor_blocks(), self.cursor_row * self.geom.bytes_per_row,
-                                           self.geom.steps_of(self.cursor_col)))
+        self.post_message(self.CursorMoved(self, *self.cursor_state()))
 
     # -- movement ---------------------------------------------------------------------
     def _clamp(self) -> None:
