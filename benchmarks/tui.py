@@ -315,10 +315,10 @@ def main() -> None:
     early_keys: list[tuple[str, float]] = early["keys"]  # type: ignore[assignment]
     late_keys: list[tuple[str, float]] = late["keys"]  # type: ignore[assignment]
     print(f"trace: {late['events']:,} events, {late['steps']:,} steps, {late['tensors']:,} tensors")
-    firsts = [early["first"], late["first"]]
+    firsts = [float(early["first"]), float(late["first"])]  # type: ignore[arg-type]
     print(f"first screen (timeline of the first {early['first_events']:,} events): "
-          f"{' / '.join(f'{t:.2f} s' for t in firsts)} (two sessions; target 2 s: "  # type: ignore[str-format]
-          f"{'met' if max(firsts) <= 2 else 'MISSED'})")  # type: ignore[type-var]
+          f"{' / '.join(f'{t:.2f} s' for t in firsts)} (two sessions; target 2 s: "
+          f"{'met' if max(firsts) <= 2 else 'MISSED'})")
     print(f"full analysis ready (model, hazards, tensor rows): {late['full']:.2f} s with no key pressed, "
           f"{early['full']:.2f} s while keys were pressed")
     print("first visit to each pane:        during the analysis   after it")

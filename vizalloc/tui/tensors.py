@@ -20,6 +20,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -170,7 +171,8 @@ def _array(items: Sequence[object], dtype: type) -> np.ndarray:
     if len(items) <= ARRAY_CHUNK:
         return np.array(items, dtype=dtype)
     if dtype is str:
-        width = max(max(map(len, items[lo:lo + ARRAY_CHUNK])) for lo in range(0, len(items), ARRAY_CHUNK))
+        names = cast("Sequence[str]", items)
+        width = max(max(map(len, names[lo:lo + ARRAY_CHUNK])) for lo in range(0, len(names), ARRAY_CHUNK))
         out = np.empty(len(items), dtype=f"<U{max(width, 1)}")
     else:
         out = np.empty(len(items), dtype=dtype)
