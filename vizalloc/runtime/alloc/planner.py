@@ -32,6 +32,8 @@ _plan_ids = itertools.count()
 
 _INPUT = int(Flag.INPUT)
 _OUTPUT = int(Flag.OUTPUT)
+#: planner-only flag bit: a view whose op is not NONE (counts towards its root's n_views)
+_VIEWOP = 4
 _NONE = Op.NONE
 #: ggml_op_can_inplace by object identity (an Enum's __hash__ runs Python code)
 _INPLACE_IDS = frozenset(id(op) for op in INPLACE_OPS)
@@ -121,23 +123,22 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     # (never allocated, never freed, so the loops need no "is this slot empty" test),
     # then "extras": view roots and sources that are not in the graph.
     nl, nn = len(leafs), len(nodes)
-    index: dict[Tensor | None, int] = dict(zip(leafs, range(nl)))
-    index.update(zip(nodes, range(nl, nl + nn)))
-    simple = len(index) == nl + nn
+    tensors: list[Tensor | None] = [*leafs, *nodes, None]
+    # one int object per number, shared by the index, the position lists and the rows
+    ks = list(range(len(tensors)))
+    index: dict[Tensor | None, int] = dict(zip(tensors, ks))
+    simple = len(index) == len(tensors)
     if simple:
-        tensors: list[Tensor | None] = leafs + nodes
-        leaf_k = list(range(nl))
-        node_k = list(range(nl, nl + nn))
+        leaf_k = ks[:nl]
+        node_k = ks[nl:nl + nn]
     else:  # a tensor listed twice: number first appearances only
         index = {}
-        for t in leafs + nodes:
+        for t in tensors:
             index.setdefault(t, len(index))
         tensors = list(index)
         leaf_k = [index[t] for t in leafs]
         node_k = [index[t] for t in nodes]
-    sentinel = len(tensors)
-    index[None] = sentinel
-    tensors.append(None)
+    sentinel = len(tensors) - 1
     m = len(tensors)
     # states and flags are bytes: compact (100k-node graphs outgrow the caches) and
     # indexing a bytearray yields cached small ints
@@ -182,13 +183,14 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
                 node_src[k - nl] = [*map(getitem, t.src)]
             except KeyError:  # a source outside the graph (graph views, hand-made graphs)
                 node_src[k - nl] = src_row(t)  # type: ignore[arg-type]
-        fl[k] = t.flags & 0xFF
         vs = t.view_src
         if vs is not None:
             r = index.get(vs)
             root[k] = add_extra(vs) if r is None else r
             st[k] = _SKIP
+            fl[k] = t.flags & 3 if t.op is _NONE else (t.flags & 3) | _VIEWOP
             continue
+        fl[k] = t.flags & 3
         if t.data is not None:
             st[k] = _SKIP
             if tracing:
@@ -214,7 +216,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
         k = extras[j]
         j += 1
         t = tensors[k]
-        fl[k] = t.flags & 0xFF
+        fl[k] = t.flags & 3
         vs = t.view_src
         if vs is not None:
             r = index.get(vs)
@@ -321,12 +323,13 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
             allocate(k, b, 1)
 
     # phase 2: count children and views; allocate inputs early
-    for node, k, srcs, b in zip(nodes, node_k, node_src, node_ids):
-        r = root[k]
-        if r >= 0 and node.op is not _NONE:
-            nv[r] += 1
-        if fl[k] & _INPUT and st[k] == _FREE:
-            allocate(k, b, 2, srcs)
+    for k, srcs, b in zip(node_k, node_src, node_ids):
+        f = fl[k]
+        if f:
+            if f & _VIEWOP:
+                nv[root[k]] += 1
+            if f & _INPUT and st[k] == _FREE:
+                allocate(k, b, 2, srcs)
         for sk in srcs:
             nch[sk] += 1
             if fl[sk] & _INPUT and st[sk] == _FREE:
