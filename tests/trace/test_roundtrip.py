@@ -218,6 +218,18 @@ def test_fast_constructor_matches_the_dataclass() -> None:
     assert not any(hasattr(cls, "__post_init__") for cls in SCHEMA)
 
 
+def test_bulk_constructor_matches_the_dataclass() -> None:
+    for cls, schema in SCHEMA.items():
+        rows = [[i, 2 * i, None] + [i] * len(schema.fields) for i in range(5)]
+        made = schema.new_many(len(rows), list(zip(*rows)))
+        assert made == [cls(*row) for row in rows]
+        assert all(type(e) is cls for e in made)
+        assert made[0] is not made[1]
+        assert schema.new_many(0, [[] for _ in range(3 + len(schema.fields))]) == []
+        with pytest.raises(ValueError):  # a column too many
+            schema.new_many(1, [[0]] * (4 + len(schema.fields)))
+
+
 def test_fast_constructor_refuses_post_init() -> None:
     from dataclasses import dataclass
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import zlib
 from array import array as _array
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,16 +173,16 @@ class ChunkDecoder:
         item_start = np.cumsum(item_total) - item_total
         blob_start = np.cumsum(blob_total) - blob_total
         item_list: list[int] | None = None
-        # 2. columns per kind, events per kind, then back into recording order
-        out = np.empty(n, dtype=object)
+        # 2. columns per kind, events per kind (in bulk), then back into recording order
+        result: list[Any] = [None] * n
+        put = result.__setitem__
         for k, sel, rows in gathered:
             plan = self._plans[k]
             assert plan is not None
             if plan.var and item_list is None:
                 item_list = items_all.tolist()
             cols = self._columns(k, plan, rows, item_start[sel], blob_start[sel], item_list, blob_all)
-            out[order[sel]] = np.fromiter(map(plan.schema.new, *cols), dtype=object, count=len(sel))
-        result: list[ev.Event] = out.tolist()
+            deque(map(put, order[sel].tolist(), plan.schema.new_many(len(sel), cols)), maxlen=0)
         return result
 
     def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
@@ -213,7 +214,12 @@ class ChunkDecoder:
                 assert items is not None
                 starts, ends = item_pos.tolist(), (item_pos + col).tolist()
                 if slot == _S_TUPLE_INT:
-                    cols.append([tuple(items[a:b]) for a, b in zip(starts, ends)])
+                    cols.append(list(map(tuple, map(items.__getitem__, map(slice, starts, ends)))))
+                elif codec != "scalar":
+                    # most op_params are empty: () without the general decoder (a tuple
+                    # codec's value with no items is () at every nesting level)
+                    value = self._value
+                    cols.append([value(codec, items[a:b]) if a != b else () for a, b in zip(starts, ends)])
                 else:
                     cols.append([self._value(codec, items[a:b]) for a, b in zip(starts, ends)])
                 item_pos += col

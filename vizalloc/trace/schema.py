@@ -36,6 +36,9 @@ import enum
 import types
 import typing
 from dataclasses import dataclass, fields
+from collections import deque
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, Callable, Union
 
 from vizalloc.trace import events as ev
@@ -60,6 +63,8 @@ class KindSchema:
     fields: tuple[str, ...]
     codecs: tuple[str, ...]
     new: Callable[..., ev.Event]
+    #: ``new_many(n, columns)``: ``n`` events from one list per field (see ``bulk_constructor``)
+    new_many: Callable[[int, Sequence[Sequence[Any]]], list[ev.Event]]
 
 
 def codec_of(tp: Any, where: str) -> str:
@@ -87,6 +92,43 @@ def codec_of(tp: Any, where: str) -> str:
     raise TypeError(f"{where}: the trace file has no codec for type {tp!r}; add one to vizalloc/trace/schema.py")
 
 
+def _slot_setters(cls: type[ev.Event]) -> dict[str, Callable[[Any, Any], None]]:
+    """Each field's member-descriptor ``__set__`` (what writes a slot of a frozen instance)."""
+    setters = {}
+    for name in (f.name for f in fields(cls)):
+        for klass in cls.__mro__:
+            descriptor = klass.__dict__.get(name)
+            if descriptor is not None:
+                setters[name] = descriptor.__set__
+                break
+        else:  # pragma: no cover - every dataclass field of a slots class has a descriptor
+            raise TypeError(f"{cls.__name__}.{name} has no slot")
+    return setters
+
+
+def bulk_constructor(cls: type[ev.Event]) -> Callable[[int, Sequence[Sequence[Any]]], list[ev.Event]]:
+    """A function ``f(n, columns)``: ``n`` events of ``cls`` from one sequence per field
+    (``seq``, ``t_ns``, ``loc``, then the payload), equal to ``[cls(*row) for row in zip(*columns)]``.
+
+    It makes ``n`` empty instances, then fills one field of all of them at a time with
+    ``map`` over that field's slot setter: no Python frame per event, which makes it
+    ~1.5x faster than ``fast_constructor`` per event when loading big traces. Every
+    column must have ``n`` items (not checked). Same conditions as ``fast_constructor``.
+    """
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has __post_init__; the bulk constructor would skip it")
+    setters = list(_slot_setters(cls).values())
+    make = object.__new__
+
+    def new_many(n: int, columns: Sequence[Sequence[Any]]) -> list[ev.Event]:
+        objs: list[ev.Event] = list(map(make, repeat(cls, n)))
+        for setter, column in zip(setters, columns, strict=True):
+            deque(map(setter, objs, column), maxlen=0)  # runs the map in C, keeps nothing
+        return objs
+
+    return new_many
+
+
 def fast_constructor(cls: type[ev.Event]) -> Callable[..., ev.Event]:
     """A function ``f(seq, t_ns, loc, *payload)`` equal to ``cls(...)`` but about twice as fast.
 
@@ -97,15 +139,7 @@ def fast_constructor(cls: type[ev.Event]) -> Callable[..., ev.Event]:
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has __post_init__; the fast constructor would skip it")
     names = [f.name for f in fields(cls)]
-    setters = {}
-    for name in names:
-        for klass in cls.__mro__:
-            descriptor = klass.__dict__.get(name)
-            if descriptor is not None:
-                setters[name] = descriptor.__set__
-                break
-        else:  # pragma: no cover - every dataclass field of a slots class has a descriptor
-            raise TypeError(f"{cls.__name__}.{name} has no slot")
+    setters = _slot_setters(cls)
     params = ", ".join(f"f_{n}" for n in names)
     defaults = ", ".join(f"_s_{n}=_setters[{n!r}]" for n in names)
     body = "".join(f"    _s_{n}(o, f_{n})\n" for n in names)
@@ -125,7 +159,7 @@ def _build() -> dict[type[ev.Event], KindSchema]:
         hints = typing.get_type_hints(cls, vars(ev))
         names = ev.payload_fields(cls)
         codecs = tuple(codec_of(hints[n], f"{name}.{n}") for n in names)
-        out[cls] = KindSchema(index, name, cls, names, codecs, fast_constructor(cls))
+        out[cls] = KindSchema(index, name, cls, names, codecs, fast_constructor(cls), bulk_constructor(cls))
     return out
 
 
