@@ -15,6 +15,7 @@ an event while a trace records: ``PlanBegin``, ``PlanExternal``, ``PlanAlloc``,
 from __future__ import annotations
 
 import itertools
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import AllocationError
@@ -34,6 +35,8 @@ _INPUT = int(Flag.INPUT)
 _OUTPUT = int(Flag.OUTPUT)
 #: planner-only flag bit: a view whose op is not NONE (counts towards its root's n_views)
 _VIEWOP = 4
+#: bytes.translate table: 1 where the INPUT bit is set
+_INPUT_BIT = bytes(v & _INPUT for v in range(256))
 _NONE = Op.NONE
 #: ggml_op_can_inplace by object identity (an Enum's __hash__ runs Python code)
 _INPLACE_IDS = frozenset(id(op) for op in INPLACE_OPS)
@@ -323,17 +326,29 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
             allocate(k, b, 1)
 
     # phase 2: count children and views; allocate inputs early
-    for k, srcs, b in zip(node_k, node_src, node_ids):
-        f = fl[k]
-        if f:
-            if f & _VIEWOP:
+    if fl.translate(_INPUT_BIT).find(1, nl) >= 0:
+        # an INPUT node or outside source: it is allocated here, in node order, and its
+        # in-place choice sees the counts taken so far
+        for k, srcs, b in zip(node_k, node_src, node_ids):
+            f = fl[k]
+            if f:
+                if f & _VIEWOP:
+                    nv[root[k]] += 1
+                if f & _INPUT and st[k] == _FREE:
+                    allocate(k, b, 2, srcs)
+            for sk in srcs:
+                nch[sk] += 1
+                if fl[sk] & _INPUT and st[sk] == _FREE:
+                    allocate(sk, b, 2)
+    else:
+        # Phase 1 placed or skipped every leaf (no count is set yet, so no leaf takes over
+        # another), and no other tensor is an INPUT: phase 2 allocates nothing and the
+        # counts can be taken in any order.
+        for k in node_k:
+            if fl[k] & _VIEWOP:
                 nv[root[k]] += 1
-            if f & _INPUT and st[k] == _FREE:
-                allocate(k, b, 2, srcs)
-        for sk in srcs:
+        for sk in chain.from_iterable(node_src):
             nch[sk] += 1
-            if fl[sk] & _INPUT and st[sk] == _FREE:
-                allocate(sk, b, 2)
 
     # phase 3: execution order; free sources after their last consumer
     for k, srcs, b in zip(node_k, node_src, node_ids):
