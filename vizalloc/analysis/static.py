@@ -123,18 +123,37 @@ def graph_signature(model: TraceModel, graph: GraphSnapshot) -> tuple[tuple[Any,
     nodes, leafs = graph.nodes, graph.leafs
     pos = {t: -2 - j for j, t in enumerate(leafs)}
     pos.update({t: i for i, t in enumerate(nodes)})
-    tensors = model.tensors
+    return (_signatures(model, pos, nodes), _signatures(model, pos, leafs))
+
+
+def _signatures(model: TraceModel, pos: dict[int, int], ts: list[int]) -> tuple[Any, ...]:
+    """``graph_signature``'s per-position tuples of ``ts`` (one loop, no call per tensor: this
+    runs for every tensor of every binding)."""
+    tget = model.tensors.get
     get = pos.get
-
-    def sig(t: int) -> tuple[Any, ...]:
-        info = tensors.get(t)
+    out: list[tuple[Any, ...]] = []
+    append = out.append
+    for t in ts:
+        info = tget(t)
         if info is None:
-            return (t,)
+            append((t,))
+            continue
         vs = info.view_src
-        return (info.name, info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None,
-                tuple([get(s, _OUTSIDE) if s >= 0 else None for s in info.srcs]))
-
-    return (tuple([sig(t) for t in nodes]), tuple([sig(t) for t in leafs]))
+        srcs = info.srcs
+        n = len(srcs)
+        # the usual source counts unrolled (a comprehension costs a frame in this Python)
+        if n == 0:
+            where: tuple[Any, ...] = ()
+        elif n == 1:
+            s0 = srcs[0]
+            where = (get(s0, _OUTSIDE) if s0 >= 0 else None,)
+        elif n == 2:
+            s0, s1 = srcs
+            where = (get(s0, _OUTSIDE) if s0 >= 0 else None, get(s1, _OUTSIDE) if s1 >= 0 else None)
+        else:
+            where = tuple([get(s, _OUTSIDE) if s >= 0 else None for s in srcs])
+        append((info.name, info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None, where))
+    return tuple(out)
 
 
 class _Signatures:
@@ -178,24 +197,25 @@ def _layout_key(model: TraceModel, b: BindingInfo, sig: tuple[Any, ...]) -> Any:
         if len(s) > 5 and _OUTSIDE in s[5]:
             return None
     seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
-    tensors = model.tensors
+    tget = model.tensors.get
     placements = model.placements
     layout: list[Any] = []
+    append = layout.append
     used: set[int] = set()
     for t in (*b.graph.nodes, *b.graph.leafs):
-        info = tensors.get(t)
+        info = tget(t)
         if info is None:
             return None
-        r = info.view_src if info.view_src >= 0 else t
-        rinfo = tensors.get(r)
+        vs = info.view_src
+        rinfo = tget(vs) if vs >= 0 else info
         p = None
         if rinfo is not None and rinfo.placements:
             last = placements[rinfo.placements[-1]]
-            p = last if last.seq <= seq < last.end_seq else model.placement_at(r, seq)
+            p = last if last.seq <= seq < last.end_seq else model.placement_at(vs if vs >= 0 else t, seq)
         if p is None:
-            layout.append(None)
+            append(None)
         else:
-            layout.append((p.buffer_id, p.offset, p.nbytes, p.stale_seq <= seq))
+            append((p.buffer_id, p.offset, p.nbytes, p.stale_seq <= seq))
             used.add(p.buffer_id)
     freed = tuple(sorted(x for x in used if x in model.buffers and model.buffers[x].freed_seq <= seq))
     return (sig, tuple(layout), freed)
