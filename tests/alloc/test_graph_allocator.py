@@ -247,3 +247,25 @@ def test_view_root_outside_the_graph() -> None:
     galloc = GraphAllocator(cpu())
     assert galloc.alloc_graph(g2)
     assert v.data is None and c.offset == 0  # ggml: v's root has no buffer, the view stays unbound
+
+
+def test_input_node_allocated_in_phase_2_sees_partial_counts() -> None:
+    # An INPUT node is allocated during counting (semantics §5.5 phase 2), so its in-place
+    # choice sees only the consumers counted so far: y takes x's block because p is x's
+    # only consumer before y; x loses its block and is placed again before p in phase 3.
+    # Offsets observed with ggml-python 0.0.45 (ggml_relu, ggml_sqr + ggml_set_input,
+    # ggml_add; CPU buffer type): x 256, p 512, y 0, q 512, buffer 768 bytes.
+    ctx = Context()
+    x = leaf(ctx, 64, name="x")
+    p = node(ctx, Op.UNARY, [x], name="p")
+    y = node(ctx, Op.SQR, [x], name="y", flags=INPUT)
+    q = node(ctx, Op.ADD, [p, y], name="q")
+    g = graph(q)
+    assert [t.name for t in g.nodes] == ["p", "y", "q"]
+    galloc = GraphAllocator(cpu())
+    with ListRecorder() as rec:
+        assert galloc.alloc_graph(g)
+    assert [(t.name, t.offset) for t in (x, p, y, q)] == [("x", 256), ("p", 512), ("y", 0), ("q", 512)]
+    assert galloc.buffer_size(0) == 768
+    inplace = [(e.tensor_id, e.parent_id) for e in rec.events if isinstance(e, ev.PlanInplace)]
+    assert inplace == [(y.id, x.id), (q.id, p.id)]
