@@ -66,7 +66,7 @@ class Plan:
 
     def __init__(self, plan_id: int, graph_id: int, node_k: list[int], node_src: list[list[int]],
                  leaf_k: list[int], bid: list[int], chk: list[int], off: list[int], size: list[int],
-                 hasrec: list[bool], chunk_sizes: list[list[int]]) -> None:
+                 hasrec: bytearray, chunk_sizes: list[list[int]]) -> None:
         self.plan_id = plan_id
         self.graph_id = graph_id
         self.n_nodes = len(node_k)
@@ -126,7 +126,8 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     # (never allocated, never freed, so the loops need no "is this slot empty" test),
     # then "extras": view roots and sources that are not in the graph.
     nl, nn = len(leafs), len(nodes)
-    tensors: list[Tensor | None] = [*leafs, *nodes, None]
+    # typed as tensors: only the sentinel's entry is None, and no code reads it as one
+    tensors: list[Tensor] = [*leafs, *nodes, None]  # type: ignore[list-item]
     # one int object per number, shared by the index, the position lists and the rows
     ks = list(range(len(tensors)))
     index: dict[Tensor | None, int] = dict(zip(tensors, ks))
@@ -138,7 +139,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
         index = {}
         for t in tensors:
             index.setdefault(t, len(index))
-        tensors = list(index)
+        tensors = list(index)  # type: ignore[arg-type]
         leaf_k = [index[t] for t in leafs]
         node_k = [index[t] for t in nodes]
     sentinel = len(tensors) - 1
@@ -381,7 +382,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
 
 
 def _free_extra_space(bufts: list[BufferType], dyn: list[DynAllocator], k: int, pk: int, pb: int,
-                      tensors: list[Tensor | None], chk: list[int], off: list[int], plan_id: int,
+                      tensors: list[Tensor], chk: list[int], off: list[int], plan_id: int,
                       tracing: bool) -> None:
     """ggml_gallocr_free_extra_space: give back the tail of a larger parent taken in place."""
     buft = bufts[pb]
