@@ -10,6 +10,7 @@ the planner). The best of the runs is reported, with and without a trace recordi
 
     python benchmarks/plan.py            # 1k, 10k and 100k nodes
     python benchmarks/plan.py --quick    # 1k and 10k
+    python benchmarks/plan.py --locality # also: the same graphs with tensors created in graph order
 
 Prints µs per node for each side, the ratio vizalloc/ggml, and the 100k/10k time ratio
 (linear growth is 10; the target is <= 11). Both sides must produce the same buffer size.
@@ -129,6 +130,36 @@ def build_vizalloc(prog: list[tuple]) -> Graph:
     return g
 
 
+def in_graph_order(g: Graph) -> Graph:
+    """The same graph rebuilt with its tensors created in graph order (leafs, then nodes).
+
+    ``describe`` creates tensors in program order and ``build_forward_expand`` lists them
+    depth first, so consecutive graph positions lie kilobytes apart in memory; at 100k nodes
+    the planner's passes over the tensor objects miss the caches. This copy shows how much
+    of the growth is that memory layout (``--locality``).
+    """
+    ctx = Context(name="bench-graph-order")
+    new: dict[int, object] = {}
+
+    def copy(t):  # type: ignore[no-untyped-def]
+        c = new.get(id(t))
+        if c is None:
+            vs = copy(t.view_src) if t.view_src is not None else None
+            c = ctx.new_tensor_impl(t.type, t.ne, vs, t.view_offs, nb=t.nb, op=t.op, op_params=t.op_params,
+                                    src=[copy(s) if s is not None else None for s in t.src])
+            c.flags = t.flags
+            new[id(t)] = c
+        return c
+
+    for t in g.leafs + g.nodes:
+        copy(t)
+    # the lists are set directly: re-expanding would also need the original roots in order
+    g2 = Graph(size=len(g.nodes) + len(g.leafs) + 16)
+    g2.leafs = [new[id(t)] for t in g.leafs]  # type: ignore[misc]
+    g2.nodes = [new[id(t)] for t in g.nodes]  # type: ignore[misc]
+    return g2
+
+
 def build_ggml(prog: list[tuple]):  # type: ignore[no-untyped-def]
     import ggml
 
@@ -180,7 +211,7 @@ def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     return best
 
 
-def run(n_nodes: int, repeat: int) -> dict[str, float]:
+def run(n_nodes: int, repeat: int, locality: bool = False) -> dict[str, float]:
     import ggml
 
     ggml.lib.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
@@ -204,35 +235,51 @@ def run(n_nodes: int, repeat: int) -> dict[str, float]:
             galloc_v.reserve(g)
 
     t_t = best_of(traced, max(1, repeat // 2))
+    t_l = float("nan")
+    if locality:
+        g2 = in_graph_order(g)
+        galloc_l = GraphAllocator(BufferType("CPU", alignment=32))
+        t_l = best_of(lambda: galloc_l.reserve(g2), repeat)
+        if galloc_l.buffer_size(0) != galloc_v.buffer_size(0):
+            raise SystemExit(f"the graph-order copy plans differently at {n} nodes")
     size_g = ggml.ggml_gallocr_get_buffer_size(galloc_g, 0)
     size_v = galloc_v.buffer_size(0)
     ggml.ggml_gallocr_free(galloc_g)
     ggml.ggml_free(gctx)
     if size_g != size_v:
         raise SystemExit(f"plans differ at {n} nodes: ggml {size_g} bytes, vizalloc {size_v}")
-    return {"nodes": n, "leafs": len(g.leafs), "ggml": t_g, "vizalloc": t_v, "traced": t_t, "bytes": size_v}
+    return {"nodes": n, "leafs": len(g.leafs), "ggml": t_g, "vizalloc": t_v, "traced": t_t, "bytes": size_v,
+            "graph_order": t_l}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1k and 10k nodes only")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--locality", action="store_true",
+                        help="also time vizalloc on a copy whose tensors were created in graph order")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     rows = []
     print(f"{'nodes':>8} {'leafs':>6} {'ggml µs/node':>13} {'vizalloc µs/node':>17} {'ratio':>6} "
           f"{'traced µs/node':>15} {'traced ratio':>13} {'buffer B':>10}")
     for size in sizes:
-        r = run(size, args.repeat if size < 100_000 else max(2, args.repeat // 2))
+        r = run(size, args.repeat if size < 100_000 else max(2, args.repeat // 2), args.locality)
         rows.append(r)
         n = r["nodes"]
         print(f"{n:>8} {r['leafs']:>6} {r['ggml'] / n * 1e6:>13.3f} {r['vizalloc'] / n * 1e6:>17.3f} "
               f"{r['vizalloc'] / r['ggml']:>6.1f} {r['traced'] / n * 1e6:>15.3f} {r['traced'] / r['ggml']:>13.1f} "
               f"{r['bytes']:>10}")
+        if args.locality:
+            print(f"{'':>8} {'':>6} {'tensors created in graph order:':>31} {r['graph_order'] / n * 1e6:>17.3f} "
+                  f"{r['graph_order'] / r['ggml']:>6.1f}")
     if len(rows) == 3:
         print(f"growth 100k/10k: vizalloc {rows[2]['vizalloc'] / rows[1]['vizalloc']:.1f}x "
               f"(linear: {rows[2]['nodes'] / rows[1]['nodes']:.1f}x; target <= 11), "
               f"ggml {rows[2]['ggml'] / rows[1]['ggml']:.1f}x")
+        if args.locality:
+            print(f"growth 100k/10k with tensors created in graph order: vizalloc "
+                  f"{rows[2]['graph_order'] / rows[1]['graph_order']:.1f}x")
 
 
 if __name__ == "__main__":
