@@ -107,16 +107,18 @@ class Plan:
 
 
 def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[DynAllocator],  # noqa: C901
-               node_ids: list[int], leaf_ids: list[int], plain: bool) -> Plan:
+               node_ids: list[int], leaf_ids: list[int], plain: bool, _plan_id: int = -1) -> Plan:
     """Plan ``graph`` (ggml_gallocr_alloc_graph_impl) with fresh ``dyn`` allocators; returns the records.
 
     ``plain``: every buffer type sizes tensors by ``nbytes`` (sizes are then computed once).
+    ``_plan_id``: internal (a second attempt that numbers the tensors in bulk, see below).
     """
     # The three phases of ggml_gallocr_alloc_graph_impl (semantics §5.5), on the
     # graph flattened into integer-indexed lists: tensor k's planner state lives
     # in st/nch/nv/bid/chk/off[k].
     tracing = recorder.active()
-    plan_id = next(_plan_ids)
+    retry = _plan_id >= 0
+    plan_id = _plan_id if retry else next(_plan_ids)
     nodes, leafs = graph.nodes, graph.leafs
     if tracing:
         recorder.emit(ev.PlanBegin, galloc_id, plan_id, graph.id, len(nodes), len(leafs),
@@ -130,8 +132,21 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     tensors: list[Tensor] = [*leafs, *nodes, None]  # type: ignore[list-item]
     # one int object per number, shared by the index, the position lists and the rows
     ks = list(range(len(tensors)))
-    index: dict[Tensor | None, int] = dict(zip(tensors, ks))
-    simple = len(index) == len(tensors)
+    sentinel = len(tensors) - 1
+    # Without a trace the index is filled during the scan below, so each tensor object is
+    # touched once while it is in the cache (at 100k nodes, graph order scatters them over
+    # tens of MB). This needs every source and view root to come earlier in the graph;
+    # the first that does not completes the index in bulk, and a tensor listed twice
+    # (seen at the end of the scan) restarts the plan with the bulk numbering. A trace
+    # always numbers in bulk: a restart would repeat the PlanExternal events of the scan.
+    incremental = not (tracing or retry)
+    index: dict[Tensor | None, int]
+    if incremental:
+        index = {None: ks[sentinel]}
+        simple = True
+    else:
+        index = dict(zip(tensors, ks))
+        simple = len(index) == len(tensors)
     if simple:
         leaf_k = ks[:nl]
         node_k = ks[nl:nl + nn]
@@ -182,14 +197,23 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     # know about each tensor (each object is touched once: large graphs outgrow caches)
     for k in range(sentinel):
         t = tensors[k]
+        if incremental:
+            index[t] = ks[k]
         if simple and k >= nl:
             try:
                 node_src[k - nl] = [*map(getitem, t.src)]
             except KeyError:  # a source outside the graph (graph views, hand-made graphs)
-                node_src[k - nl] = src_row(t)  # type: ignore[arg-type]
+                if incremental:  # or later in it: number the rest first
+                    incremental = False
+                    index.update(zip(tensors[k:sentinel], ks[k:sentinel]))
+                node_src[k - nl] = src_row(t)
         vs = t.view_src
         if vs is not None:
             r = index.get(vs)
+            if r is None and incremental:
+                incremental = False
+                index.update(zip(tensors[k:sentinel], ks[k:sentinel]))
+                r = index.get(vs)
             root[k] = add_extra(vs) if r is None else r
             st[k] = _SKIP
             fl[k] = t.flags & 3 if t.op is _NONE else (t.flags & 3) | _VIEWOP
@@ -215,6 +239,9 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
                     size[k] = dt.type_size + (ne0 - 1) * nb0 + (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
             else:
                 size[k] = nbytes_of(dt, t.ne, t.nb)
+    if len(index) != m + len(extras):
+        # a tensor listed twice (only bulk numbering knows it before the scan): start again
+        return plan_graph(galloc_id, graph, bufts, dyn, node_ids, leaf_ids, plain, plan_id)
     j = 0
     while j < len(extras):  # rare: roots and sources outside the graph (may add more)
         k = extras[j]
