@@ -136,21 +136,34 @@ def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic GC while the trace loads and is analysed, then freeze what exists.
+def _collector_paused() -> Iterator[Callable[[], None]]:
+    """Pause the cyclic GC while the trace loads and is analysed; the block calls the
+    function it gets once the analysis is done, which freezes what exists and resumes the GC.
 
     Loading, the model and the hazard pass each pause the collector themselves, but each
     re-enables it at its end, and the next allocation then collects a young generation of
-    millions of objects (~0.25 s per phase for 2M events). The model lives until the command
-    ends, so after the analysis it is moved out of the collector's sight (``gc.freeze``).
+    millions of objects (~0.25 s per phase for 2M events). The model lives while the report
+    is made (and the shadow runs), so it is kept out of the collector's sight meanwhile
+    (``gc.freeze``); at the end of the block it is unfrozen, so a caller in the same process
+    (tests, a library user) gets the collector as it was, and cycles freed later are found.
     """
     was_enabled = gc.isenabled()
+    frozen = False
+
+    def analysed() -> None:
+        nonlocal frozen
+        if was_enabled and not frozen:
+            gc.freeze()
+            frozen = True
+            gc.enable()
+
     gc.disable()
     try:
-        yield
+        yield analysed
     finally:
-        if was_enabled:
-            gc.freeze()
+        if frozen:
+            gc.unfreeze()
+        elif was_enabled:
             gc.enable()
 
 
@@ -158,9 +171,15 @@ def execute(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on)
     if args.max_reports < 0:
         raise UsageError(f"--max-reports must be 0 or more, got {args.max_reports}")
-    with _collector_paused():
+    with _collector_paused() as analysed:
         model = load_model(args.trace)
         hazards = analyse(model)
+        analysed()
+        return _report(args, model, hazards, fail_on)
+
+
+def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: set[Any]) -> int:
+    """Print the hazards (and shadow results); the exit code."""
     found = counts(hazards)
     failing = [h for h in hazards if h.kind in fail_on]
     shadows = shadow_results(model, hazards) if args.shadow else []
