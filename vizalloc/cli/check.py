@@ -34,6 +34,10 @@ HELP = "report hazards in a trace; exit 1 if any (for CI)"
 DEFAULT_FAIL_ON = "all-but-replan"
 
 
+#: Reads files only: the console script may end the process without freeing objects one by one.
+FAST_EXIT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
     parser.add_argument("--json", action="store_true", help="print the hazards as JSON")

@@ -20,6 +20,10 @@ from vizalloc.cli.check import analyse, load_model
 HELP = "compare two traces or two plans"
 
 
+#: Reads files only: the console script may end the process without freeing objects one by one.
+FAST_EXIT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="the first trace file")
     parser.add_argument("b", metavar="B", help="the second trace file")

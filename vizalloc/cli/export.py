@@ -29,6 +29,10 @@ HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
 FORMATS = ("dot", "svg", "layout", "perfetto", "json", "minimalloc")
 
 
+#: Reads files only: the console script may end the process without freeing objects one by one.
+FAST_EXIT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="svg",

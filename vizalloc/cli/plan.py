@@ -21,6 +21,10 @@ from vizalloc.errors import CaseFormatError, UsageError
 HELP = "plan a graph file (golden format) and print or check the offsets"
 
 
+#: Reads files only: the console script may end the process without freeing objects one by one.
+FAST_EXIT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("case", metavar="CASE.json", help="a graph case file in the vizalloc-golden/1 format")
     mode = parser.add_mutually_exclusive_group()

@@ -21,6 +21,10 @@ from vizalloc.cli.check import analyse, counts, load_model
 HELP = "tables of graphs, plans, buffers, peaks and hazards"
 
 
+#: Reads files only: the console script may end the process without freeing objects one by one.
+FAST_EXIT = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
