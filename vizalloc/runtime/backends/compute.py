@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vizalloc.errors import BackendError, NoMemoryError
-from vizalloc.runtime.backends.base import NOOP_OPS, EvalCallback
+from vizalloc.runtime.backends.base import NOOP_OPS, Backend, EvalCallback
 from vizalloc.runtime.buffer import is_strict
 from vizalloc.runtime.memory import tensor_array
 from vizalloc.runtime.tensor import Flag, Op, Tensor
@@ -43,7 +43,6 @@ from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
 if TYPE_CHECKING:
-    from vizalloc.runtime.backends.base import Backend
     from vizalloc.runtime.graph import Graph
 
 _compute_ids = itertools.count()
@@ -132,6 +131,11 @@ def _run_traced(backend: Backend, graph: Graph, callback: EvalCallback | None, f
     recorder.emit(ev.ComputeBegin, compute_id, graph.id, name, len(nodes), loc=loc)
     done = len(nodes)
     completed = True
+    # device backends queue work: wait after each node so its wall time is its own
+    # (the host backends' synchronize does nothing, so skip the call there)
+    sync = None if type(backend).synchronize is Backend.synchronize else backend.synchronize
+    clock = time.perf_counter_ns
+    emit, node_compute = recorder.emit, ev.NodeCompute
     try:
         if capture:
             for t in _inputs(graph):
@@ -142,13 +146,13 @@ def _run_traced(backend: Backend, graph: Graph, callback: EvalCallback | None, f
                 if backend.restricts_ops and not backend.supports_op(t):
                     raise _unsupported(backend, t)
                 _check_node(backend, t)
-                t0 = time.perf_counter_ns()
+                t0 = clock()
                 forward(t)
-                # device backends queue work: wait so the node's wall time is its own
-                backend.synchronize()
-                wall_ns = time.perf_counter_ns() - t0
-                reads = tuple(s.id for s in t.src if s is not None)
-                recorder.emit(ev.NodeCompute, compute_id, index, t.id, name, reads, wall_ns, loc=loc)
+                if sync is not None:
+                    sync()
+                wall_ns = clock() - t0
+                reads = tuple([s.id for s in t.src if s is not None])
+                emit(node_compute, compute_id, index, t.id, name, reads, wall_ns, loc=loc)
             if need:
                 backend.synchronize()
                 if not callback(t, False):  # type: ignore[misc]
