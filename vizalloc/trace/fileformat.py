@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import Any, BinaryIO
 
-from vizalloc.errors import TraceFormatError
+from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts
 from vizalloc.trace.chunk_encoder import ChunkEncoder
@@ -281,22 +281,29 @@ class TraceFileReader:
             self.n_events += n_events
             yield decoded
 
-    def batches(self, max_events: int = BATCH_EVENTS) -> Iterator[list[ev.Event]]:
-        """Events in lists of about ``max_events`` (whole chunks), in order; memory stays bounded."""
+    def batches(self, max_events: int = BATCH_EVENTS, *, slice_events: int | None = None
+                ) -> Iterator[list[ev.Event]]:
+        """Events in lists of about ``max_events`` (whole chunks), in order; memory stays bounded.
+
+        ``slice_events``: build events at most this many at a time, releasing the GIL in
+        between (for a reader in a worker thread next to a UI; see ``ChunkDecoder.assemble``).
+        """
+        if slice_events is not None and slice_events < 1:
+            raise UsageError(f"slice_events must be a positive number of events, got {slice_events}")
         parts: list[ChunkParts] = []
         pending = 0
         for part in self.chunks():
             parts.append(part)
             pending += len(part.kinds)
             if pending >= max_events:
-                yield self._assemble(parts)
+                yield self._assemble(parts, slice_events)
                 parts, pending = [], 0
         if parts:
-            yield self._assemble(parts)
+            yield self._assemble(parts, slice_events)
 
-    def _assemble(self, parts: list[ChunkParts]) -> list[ev.Event]:
+    def _assemble(self, parts: list[ChunkParts], slice_events: int | None = None) -> list[ev.Event]:
         try:
-            return self._decoder.assemble(parts)
+            return self._decoder.assemble(parts, slice_events)
         except (ValueError, IndexError, KeyError, TypeError) as exc:
             raise TraceFormatError(
                 f"{self.name}: undecodable chunks at bytes {parts[0].offset}..{self.offset}: {exc}"
