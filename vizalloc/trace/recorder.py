@@ -147,7 +147,7 @@ def _user_loc(frame: Any, code: Any, lines: dict[int, Location]) -> Location:
 
 def _walk(frame: Any) -> Location | None:
     """The user's location seen from ``frame`` (an executing frame), using and refreshing
-    the location cache (``emit`` inlines the same code)."""
+    the location cache (``emit`` checks the two cache hits itself before calling this)."""
     global _loc_cache
     cache = _loc_cache
     if frame is cache[0]:
@@ -220,11 +220,11 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         The event, or None when nothing is recording or every recorder takes rows
         (see ``Recorder``; runtime code never needs the event back).
     """
-    global _seq, _loc_cache
+    global _seq
     if loc is _NOT_GIVEN:
         if not _sinks:
             return None  # (nothing records: never touch the cache)
-        # _walk, inlined: this runs for every event
+        # the two cache hits inline (they are the common case); a miss walks the stack
         frame: Any = _getframe(1)
         cache = _loc_cache  # read once: another thread may replace it
         if frame is cache[0]:
@@ -232,42 +232,7 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         elif frame is cache[2]:
             loc = cache[3]
         else:
-            code = frame.f_code
-            lines = _code_lines.get(id(code))
-            if lines is None:
-                lines = _lines_of(code)
-            if lines.__class__ is dict:  # the caller is the user's code
-                loc = lines.get(frame.f_lasti)
-                if loc is None:
-                    loc = _user_loc(frame, code, lines)
-            else:
-                first = outer = frame if lines is _INTERNAL else None
-                f2 = cache[2]
-                frame = frame.f_back
-                while frame is not None:
-                    if frame is f2:
-                        loc = cache[3]
-                        break
-                    code = frame.f_code
-                    lines = _code_lines.get(id(code))
-                    if lines is None:
-                        lines = _lines_of(code)
-                    if lines.__class__ is dict:  # the user's code
-                        loc = lines.get(frame.f_lasti)
-                        if loc is None:
-                            loc = _user_loc(frame, code, lines)
-                        break
-                    outer = frame if lines is _INTERNAL else None
-                    frame = frame.f_back
-                else:
-                    loc = None
-                # remember what this walk found (see _loc_cache), unless the caller is just a
-                # function the user called (a new frame per call, like Tensor.set_name)
-                if first is not outer:
-                    if outer is None or (frame is f2 and f2 is not None):
-                        _loc_cache = (first, loc, f2, cache[3])
-                    else:
-                        _loc_cache = (first, loc, outer, loc)
+            loc = _walk(frame)
     sink = _row_sink
     if sink is not None and _arity.get(cls) == len(payload):  # the usual case: one trace
         lock = _lock
