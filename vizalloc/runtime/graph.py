@@ -83,6 +83,12 @@ class Graph:
             return
         root.check_alive()
         visited.add(root.id)
+        for s in root.src:
+            if s is not None and s.id not in visited:
+                break
+        else:  # every source is in the graph already (the usual case when copying a graph in order)
+            self._append(root)
+            return
         stack: list[tuple[Tensor, int]] = [(root, 0)]
         while stack:
             t, k = stack[-1]
@@ -210,31 +216,12 @@ def dup_graph(ctx: Context, src: Graph) -> Graph:
         return mapping[t.id]
 
     dst = Graph(src.size, True, _kind="deep_copy", _source=src)
-    visited = dst._visited
-
-    def expand(c: Tensor) -> None:
-        """``dst.build_forward_expand(c)``; when every source of ``c`` is in ``dst`` already
-        the walk would append ``c`` alone, so that is done directly (same event)."""
-        if c.id in visited:
-            return
-        for d in c.src:
-            if d is not None and d is not c and d.id not in visited:
-                dst.build_forward_expand(c)
-                return
-        c.check_alive()
-        visited.add(c.id)
-        n0 = len(dst.nodes)
-        dst._append(c)
-        if recorder.active():
-            as_node = len(dst.nodes) > n0
-            recorder.emit(ev.GraphExpanded, dst.id, (c.id,) if as_node else (), () if as_node else (c.id,))
-
     for leaf in src.leafs:
-        expand(map_tensor(leaf))
+        dst.build_forward_expand(map_tensor(leaf))
     if dst.n_leafs != src.n_leafs:
         raise GraphError(f"dup_graph: copy has {dst.n_leafs} leafs, source {src.n_leafs}")
     for node in src.nodes:
-        expand(map_tensor(node))
+        dst.build_forward_expand(map_tensor(node))
     if dst.n_nodes != src.n_nodes:
         raise GraphError(f"dup_graph: copy has {dst.n_nodes} nodes, source {src.n_nodes}")
     for s_node, d_node in zip(src.nodes, dst.nodes):
