@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from vizalloc.analysis.model import (
-    NEVER, HistoryKind, LiveRange, PlacementState, build_model, nbytes_of,
-)
+from vizalloc.analysis.model import build_model
+from vizalloc.analysis.liveness import both_live, compute_spans
+from vizalloc.analysis.records import NEVER, HistoryKind, PlacementState, nbytes_of
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import ListRecorder
 
@@ -123,11 +123,11 @@ def test_live_ranges_of_a_compute():
     tb, ids = stale_scenario()
     m = build_model(tb.events)
     c = max(m.computes.values(), key=lambda c: c.begin_seq)
-    r = c.live_ranges(m)
-    assert r[ids["x"]] == LiveRange(ids["x"], -1, 0)          # input, read by node 0
-    assert r[ids["t"]] == LiveRange(ids["t"], 0, 1)
-    assert r[ids["q"]] == LiveRange(ids["q"], 2, 3)           # output: to the end
-    assert r[ids["y"]].intersects(r[ids["t"]]) and not r[ids["x"]].intersects(r[ids["z"]])
+    r = compute_spans(m, c)
+    assert r[ids["x"]] == (-1, 0)          # input, read by node 0
+    assert r[ids["t"]] == (0, 1)
+    assert r[ids["q"]] == (2, 3)           # output: to the end
+    assert both_live(r[ids["y"]], r[ids["t"]]) and not both_live(r[ids["x"]], r[ids["z"]])
 
 
 def test_event_at_and_node_seq():

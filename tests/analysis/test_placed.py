@@ -4,7 +4,8 @@ their buffer is freed."""
 
 from __future__ import annotations
 
-from vizalloc.analysis.model import PlacementState, build_model
+from vizalloc.analysis.model import build_model
+from vizalloc.analysis.records import PlacementState
 from vizalloc.analysis.placed import placed_roots
 
 from tests.analysis.builders import TraceBuilder

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from vizalloc.analysis.hazards import HazardKind, find_hazards
-from vizalloc.analysis.model import PlacementState, build_model
+from vizalloc.analysis.model import build_model
+from vizalloc.analysis.records import PlacementState
 from vizalloc.replay.shadow import shadow_compute
 from vizalloc.runtime import ops
 from vizalloc.runtime.alloc import GraphAllocator

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vizalloc.analysis.model import (
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import (
     NEVER, TYPE_SIZES, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
-    TensorInfo, TraceModel, nbytes_of,
+    TensorInfo, nbytes_of,
 )
 from vizalloc.trace import events as ev
 

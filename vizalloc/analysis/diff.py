@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vizalloc.analysis.hazards import Hazard, find_hazards
-from vizalloc.analysis.model import PlanInfo, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import PlanInfo
 from vizalloc.trace import events as ev
 
 

@@ -33,7 +33,8 @@ from collections.abc import Callable
 
 from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
-from vizalloc.analysis.model import Placement, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import Placement
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)

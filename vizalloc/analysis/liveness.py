@@ -1,4 +1,10 @@
-"""Live ranges of a graph's memory roots from its structure alone (no compute needed).
+"""Liveness: when a tensor's bytes must hold its value, and ggml's ``both_live`` rule.
+
+Two sources of live ranges, one rule to compare them:
+
+* ``graph_spans``: a graph's memory roots from its structure alone (no compute needed),
+  what the binding-time check uses;
+* ``compute_spans``: the tensors one recorded compute touched, from its node events.
 
 This is the rule the golden corpus was checked with against real ggml
 (``shared/golden/README.md``, "Liveness and overlaps"), so a pair of overlapping roots
@@ -15,6 +21,11 @@ One addition for several backends (no golden case has them): an input copy the s
 made for a split is written by its ``TensorCopy`` when the split starts, so as a node of
 the graph it is written at its own index, not at -1.
 
+``compute_spans`` reads what the nodes did instead: a tensor written by node ``i`` is
+live from ``i``, one read before any write (inputs, weights, stale tensors) from -1; it
+lives to its last read, or to the end (the number of nodes) when it is flagged OUTPUT or
+written and never read.
+
 ``a = [first write, last read]``; two roots are both live when
 ``max(first writes) < min(last reads)``: a write at the node that does the other's last
 read is allowed (ggml's in-place pattern).
@@ -25,7 +36,8 @@ read is allowed (ggml's in-place pattern).
 
 from __future__ import annotations
 
-from vizalloc.analysis.model import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, GraphSnapshot, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, ComputeInfo, GraphSnapshot
 
 #: (first write, last read); last read is None when nothing reads the root.
 Span = tuple[int, "int | None"]
@@ -103,3 +115,40 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
 def _pre_existing(model: TraceModel, root: int) -> bool:
     info = model.tensors.get(root)
     return info is None or info.op == "NONE" or bool(info.flags & FLAG_INPUT)
+
+
+def compute_spans(model: TraceModel, compute: ComputeInfo, *, by_root: bool = False) -> dict[int, Span]:
+    """``tensor -> (first write, last read)`` for every tensor one compute's nodes touched
+    (keyed by memory root with ``by_root``); the last read is always a node index or the end."""
+    tensors = model.tensors
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+
+    def key(t: int) -> int:
+        if not by_root:
+            return t
+        info = tensors.get(t)
+        return info.root if info is not None else t
+
+    was_read: set[int] = set()
+    for i, node in enumerate(compute.nodes):
+        for r in node.reads:
+            k = key(r)
+            if k not in first:
+                first[k] = -1
+            last[k] = i
+            was_read.add(k)
+        k = key(node.tensor_id)
+        if k not in first:
+            first[k] = i
+        if last.get(k, -2) < i:
+            last[k] = i
+    end = len(compute.nodes)
+    spans: dict[int, Span] = {}
+    for k, f in first.items():
+        info = tensors.get(k)
+        if (info is not None and info.flags & FLAG_OUTPUT) or k not in was_read:
+            spans[k] = (f, end)
+        else:
+            spans[k] = (f, last[k])
+    return spans

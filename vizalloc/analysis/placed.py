@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vizalloc.analysis import liveness
-from vizalloc.analysis.model import GraphSnapshot, Placement, PlacementState, TensorInfo, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import GraphSnapshot, Placement, PlacementState, TensorInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from vizalloc.analysis.model import PlanInfo, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import PlanInfo
 from vizalloc.trace import events as ev
 
 

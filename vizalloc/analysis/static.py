@@ -21,7 +21,8 @@ from typing import Any
 from vizalloc.analysis import liveness
 from vizalloc.analysis import rects as rects_mod
 from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
-from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState
 from vizalloc.trace import events as ev
 
 

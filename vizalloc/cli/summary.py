@@ -38,8 +38,8 @@ def _inert(text: str) -> str:
 def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
     """The summary as plain data (what ``--json`` prints and the tables show)."""
     from vizalloc.analysis.diff import peak_buffer_bytes
-    from vizalloc.analysis.model import NEVER
     from vizalloc.analysis.quality import plan_quality
+    from vizalloc.analysis.records import NEVER
 
     quality = {q.plan_id: q for q in plan_quality(model)}
     plans = []

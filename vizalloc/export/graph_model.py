@@ -26,7 +26,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vizalloc.analysis.model import PlacementState, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import PlacementState
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
 from vizalloc.export.units import trimmed_shape

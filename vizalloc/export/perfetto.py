@@ -33,7 +33,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import NEVER
 from vizalloc.export.escape import printable
 from vizalloc.export.findings import Highlight
 from vizalloc.export.units import fmt_bytes

@@ -24,8 +24,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.quality import plan_quality
+from vizalloc.analysis.records import NEVER
 from vizalloc.export.minimalloc import plan_problems
 
 SCHEMA = "vizalloc.report/1"

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import NEVER
 from vizalloc.errors import UsageError
 
 

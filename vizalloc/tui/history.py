@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vizalloc.analysis.model import NEVER, HistoryKind, TraceModel, history_kind
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import NEVER, HistoryKind, history_kind
 from vizalloc.trace import events as ev
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text

@@ -23,8 +23,9 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.placed import placed_roots
+from vizalloc.analysis.records import NEVER
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.tui.tensors import shape_text
 
