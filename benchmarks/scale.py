@@ -12,7 +12,8 @@ wall seconds and peak resident memory (max RSS) are what a user sees.
 ``make`` writes ``DIR/<mix>-<events>.vztrace`` (chunks of ``--chunk`` events, default
 65,536 as ``vizalloc.save`` writes them; ``--chunk token`` cuts one chunk per graph
 compute, as a live trace is flushed). ``run`` prints one line per command: wall seconds
-(best of ``--repeat``), max RSS in MB, bytes of output. Never run two 20M-event jobs at
+(best of ``--repeat``), CPU seconds (user + system) of that run, max RSS in MB, bytes of
+output. On a shared machine the CPU seconds are the steadier figure. Never run two 20M-event jobs at
 once on a shared machine: each can take gigabytes.
 """
 
@@ -139,7 +140,7 @@ _COMMANDS = {
 def run(trace: Path, commands: list[str], repeat: int) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for name in commands:
-        best_wall, best_rss, out_bytes = 1e9, 0, 0
+        best_wall, best_cpu, best_rss, out_bytes = 1e9, 0.0, 0, 0
         for _ in range(repeat):
             with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
                 t0 = time.perf_counter()
@@ -151,11 +152,12 @@ def run(trace: Path, commands: list[str], repeat: int) -> None:
                 out_bytes = out.tell()
             m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
             rss = int(m.group(1)) if m else -1
+            cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text))
             if done.returncode not in (0, 1):
                 raise SystemExit(f"{name} failed ({done.returncode}): {text[-2000:]}")
             if wall < best_wall:
-                best_wall, best_rss = wall, rss
-        print(f"{name:8s} {trace.name}: {best_wall:6.2f} s wall, max RSS {best_rss / 1024:7.0f} MB, "
+                best_wall, best_cpu, best_rss = wall, cpu, rss
+        print(f"{name:8s} {trace.name}: {best_wall:6.2f} s wall, {best_cpu:6.2f} s CPU, max RSS {best_rss / 1024:7.0f} MB, "
               f"output {out_bytes:,} bytes", flush=True)
 
 

@@ -54,10 +54,9 @@ class Every(Collector):
             self.all.append((seq, key[1], key[0]))
         return super().bump(key, seq, step)
 
-    def add(self, key: tuple[Any, ...], make: Any, step: int) -> None:
-        super().add(key, make, step)
-        h: Hazard = self.found[key]["hazard"]
-        self.all.append((h.seq, key[1], key[0]))
+    def add(self, key: tuple[Any, ...], make: Any, step: int, seq: int) -> None:
+        super().add(key, make, step, seq)
+        self.all.append((seq, key[1], key[0]))
 
 
 def _bytes(t: Tensor) -> bytes:

@@ -237,6 +237,7 @@ class Builder:
             return
         buf.freed_seq = e.seq
         buf.free_cause = e.cause
+        buf.freed_loc = e.loc
         placements = self.m.placements
         tensors = self.m.tensors
         for idx in buf.placements:

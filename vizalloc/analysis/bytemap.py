@@ -3,7 +3,7 @@
 Kept as three parallel sorted lists of disjoint intervals (starts, ends, records), so
 a write or a lookup costs a couple of bisections and one slice assignment, never a loop
 over bytes. A record is whatever the caller stores (the hazard pass stores a tuple
-``(alias key, tensor id, seq)``).
+``(alias key, tensor id, seq, writing event)``).
 
     >>> m = ByteMap()
     >>> m.write(0, 64, "a"); m.write(32, 96, "b")

@@ -29,148 +29,178 @@ clear). Otherwise, per foreign piece:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import Placement
+from vizalloc.analysis.records import Placement, TensorInfo
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
 
 
-class _State:
-    """Where every tensor is now, and who wrote what."""
+class AccessScan:
+    """The access pass as a stream: ``feed`` it the events in order (all at once, or batch
+    by batch once ``model`` holds their placements), findings go to ``col``.
 
-    def __init__(self, model: TraceModel) -> None:
+    ``model.placements`` must hold, in order, one placement per ``TensorPlaced`` fed (the
+    model builder makes them); ``cpy_dst`` maps each ``CPY`` node to the source that is
+    its destination (not read), see ``cpy_destinations``.
+    """
+
+    def __init__(self, model: TraceModel, col: Collector, cpy_dst: dict[int, int]) -> None:
         self.model = model
+        self.col = col
         self.tensors = model.tensors
         self.cur: dict[int, Placement] = {}      # tensor -> current placement
         self.placed_seq: dict[int, int] = {}     # alias key -> seq its root was placed
         self.last_write: dict[int, int] = {}     # alias key -> seq of its last write
         self.maps: dict[int, ByteMap] = {}       # buffer -> last-writer map
         self.freed: dict[int, int] = {}          # buffer -> seq freed
+        self.freed_loc: dict[int, ev.Location | None] = {}  # buffer -> where it was freed
+        self.cpy_dst = cpy_dst
+        self.compute_id = -1
+        self.next_placement = 0
+        # tensor -> (buffer, start, end, alias key, last-writer map, placement) of its current
+        # placement: the hot loop reads one tuple instead of attributes and a map lookup
+        self.fast: dict[int, tuple[int, int, int, int, ByteMap, Placement]] = {}
+
+    def feed(self, events: Sequence[ev.Event], progress: Callable[[int, int], None] | None = None,
+             done: int = 0, total: int = 0) -> None:
+        """Scan ``events`` (the next ones of the trace). ``progress(done + i, total)`` is called
+        at every compute begin when given."""
+        st = self
+        col = self.col
+        model = self.model
+        placements = model.placements
+        next_placement = self.next_placement
+        cur = self.cur
+        placed_seq = self.placed_seq
+        maps = self.maps
+        last_write = self.last_write
+        freed = self.freed
+        compute_id = self.compute_id
+        not_read = self.cpy_dst
+        NodeCompute, TensorPlaced, TensorCleared = ev.NodeCompute, ev.TensorPlaced, ev.TensorCleared
+        TensorSet, TensorGet, TensorCopy = ev.TensorSet, ev.TensorGet, ev.TensorCopy
+        BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
+        relevant = frozenset({NodeCompute, TensorPlaced, TensorCleared, TensorSet, TensorGet, TensorCopy,
+                              BufferCleared, BufferFreed, ComputeBegin})
+        fast = self.fast
+        fast_get = fast.get
+        for i, e in enumerate(events):
+            cls = type(e)
+            if cls is NodeCompute:
+                seq = e.seq
+                t = e.tensor_id  # type: ignore[attr-defined]
+                skip = not_read.get(t, t)
+                for r in e.reads:  # type: ignore[attr-defined]
+                    if r == t or r == skip:
+                        continue
+                    c = fast_get(r)
+                    if c is None:
+                        continue
+                    b, a, end, k, bm, pl = c
+                    if b in freed:
+                        _dangling(st, col, r, pl, e, "read", compute_id)
+                    # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
+                    ends = bm.ends
+                    lo = bisect_right(ends, a)
+                    if lo < len(ends) and bm.starts[lo] <= a and ends[lo] >= end:
+                        w = bm.recs[lo][0]
+                        if w == k or w == CLEAR_KEY:
+                            continue
+                    _check_read(st, col, r, pl, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
+                c = fast_get(t)
+                if c is None:
+                    continue
+                b, a, end, k, bm, pl = c
+                if b in freed:
+                    _dangling(st, col, t, pl, e, "write", compute_id)
+                # the common write: exactly over an interval already there (the same tensor again)
+                ends = bm.ends
+                lo = bisect_right(ends, a)
+                if lo < len(ends) and bm.starts[lo] == a and ends[lo] == end:
+                    bm.recs[lo] = (k, t, seq, e)
+                else:
+                    bm.write(a, end, (k, t, seq, e))
+                last_write[k] = seq
+            elif cls not in relevant:
+                continue
+            elif cls is TensorPlaced:
+                pl = placements[next_placement]
+                next_placement += 1
+                t = pl.tensor_id
+                cur[t] = pl
+                b = pl.buffer_id
+                pm = maps.get(b)
+                if pm is None:
+                    pm = maps[b] = ByteMap()
+                fast[t] = (b, pl.offset, pl.offset + pl.nbytes, pl.alias, pm, pl)
+                if pl.alias == t:
+                    placed_seq[t] = pl.seq
+            elif cls is TensorCleared:
+                cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
+                fast.pop(e.tensor_id, None)  # type: ignore[attr-defined]
+            elif cls is ComputeBegin:
+                compute_id = e.compute_id  # type: ignore[attr-defined]
+                if progress is not None:
+                    progress(done + i, total)
+            elif cls is TensorSet:
+                _write_range(st, col, e.tensor_id, e.offset, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+            elif cls is TensorGet:
+                t = e.tensor_id  # type: ignore[attr-defined]
+                p = cur.get(t)
+                if p is None:
+                    continue
+                if p.buffer_id in freed:
+                    _dangling(st, col, t, p, e, "read", compute_id)
+                _check_read(st, col, t, p, p.alias, e, compute_id, HazardKind.CLOBBERED_OUTPUT,
+                            e.offset, e.nbytes)  # type: ignore[attr-defined]
+            elif cls is TensorCopy:
+                src = e.src_id  # type: ignore[attr-defined]
+                p = cur.get(src)
+                if p is not None:
+                    if p.buffer_id in freed:
+                        _dangling(st, col, src, p, e, "read", compute_id)
+                    _check_read(st, col, src, p, p.alias, e, compute_id, HazardKind.USE_AFTER_REUSE,
+                                0, e.nbytes)  # type: ignore[attr-defined]
+                _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+            elif cls is BufferCleared:
+                buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
+                if buf is not None:
+                    cm = maps.get(buf.buffer_id)
+                    if cm is None:
+                        cm = maps[buf.buffer_id] = ByteMap()
+                    cm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq, e))
+            elif cls is BufferFreed:
+                freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
+                self.freed_loc[e.buffer_id] = e.loc  # type: ignore[attr-defined]
+        self.next_placement = next_placement
+        self.compute_id = compute_id
+
+
+def cpy_destinations(tensors: Iterable[TensorInfo]) -> dict[int, int]:
+    """``CPY`` node -> the source that is its destination: ``ggml_cpy(a, b)`` lists ``b``
+    (whose bytes the result views) as its second source; a cast lists itself."""
+    return {info.tensor_id: (info.srcs[1] if len(info.srcs) > 1 else info.tensor_id)
+            for info in tensors if info.op == "CPY"}
 
 
 def scan_accesses(model: TraceModel, col: Collector, *,
                   progress: Callable[[int, int], None] | None = None) -> None:
     """Run the access pass over ``model.events``, adding findings to ``col``."""
-    st = _State(model)
-    placements = model.placements
-    next_placement = 0
-    cur = st.cur
-    placed_seq = st.placed_seq
-    maps = st.maps
-    last_write = st.last_write
-    freed = st.freed
-    compute_id = -1
-    n = len(model.events)
-    NodeCompute, TensorPlaced, TensorCleared = ev.NodeCompute, ev.TensorPlaced, ev.TensorCleared
-    TensorSet, TensorGet, TensorCopy = ev.TensorSet, ev.TensorGet, ev.TensorCopy
-    BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
-    relevant = frozenset({NodeCompute, TensorPlaced, TensorCleared, TensorSet, TensorGet, TensorCopy,
-                          BufferCleared, BufferFreed, ComputeBegin})
     # sources that are destinations, not inputs: a cast lists itself as a source, and
     # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
-    not_read = {t: (info.srcs[1] if info.op == "CPY" and len(info.srcs) > 1 else t)
-                for t, info in model.tensors.items() if info.op == "CPY"}
-    # tensor -> (buffer, start, end, alias key, last-writer map, placement) of its current
-    # placement: the hot loop reads one tuple instead of attributes and a map lookup
-    fast: dict[int, tuple[int, int, int, int, ByteMap, Placement]] = {}
-    fast_get = fast.get
-    for i, e in enumerate(model.events):
-        cls = type(e)
-        if cls is NodeCompute:
-            seq = e.seq
-            t = e.tensor_id  # type: ignore[attr-defined]
-            skip = not_read.get(t, t)
-            for r in e.reads:  # type: ignore[attr-defined]
-                if r == t or r == skip:
-                    continue
-                c = fast_get(r)
-                if c is None:
-                    continue
-                b, a, end, k, bm, pl = c
-                if b in freed:
-                    _dangling(st, col, r, pl, e, "read", compute_id)
-                # the hot path, inlined ByteMap.covering: one interval written by the reader's own key
-                ends = bm.ends
-                lo = bisect_right(ends, a)
-                if lo < len(ends) and bm.starts[lo] <= a and ends[lo] >= end:
-                    w = bm.recs[lo][0]
-                    if w == k or w == CLEAR_KEY:
-                        continue
-                _check_read(st, col, r, pl, k, e, compute_id, HazardKind.USE_AFTER_REUSE)
-            c = fast_get(t)
-            if c is None:
-                continue
-            b, a, end, k, bm, pl = c
-            if b in freed:
-                _dangling(st, col, t, pl, e, "write", compute_id)
-            # the common write: exactly over an interval already there (the same tensor again)
-            ends = bm.ends
-            lo = bisect_right(ends, a)
-            if lo < len(ends) and bm.starts[lo] == a and ends[lo] == end:
-                bm.recs[lo] = (k, t, seq)
-            else:
-                bm.write(a, end, (k, t, seq))
-            last_write[k] = seq
-        elif cls not in relevant:
-            continue
-        elif cls is TensorPlaced:
-            pl = placements[next_placement]
-            next_placement += 1
-            t = pl.tensor_id
-            cur[t] = pl
-            b = pl.buffer_id
-            pm = maps.get(b)
-            if pm is None:
-                pm = maps[b] = ByteMap()
-            fast[t] = (b, pl.offset, pl.offset + pl.nbytes, pl.alias, pm, pl)
-            if pl.alias == t:
-                placed_seq[t] = pl.seq
-        elif cls is TensorCleared:
-            cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
-            fast.pop(e.tensor_id, None)  # type: ignore[attr-defined]
-        elif cls is ComputeBegin:
-            compute_id = e.compute_id  # type: ignore[attr-defined]
-            if progress is not None:
-                progress(i, n)
-        elif cls is TensorSet:
-            _write_range(st, col, e.tensor_id, e.offset, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
-        elif cls is TensorGet:
-            t = e.tensor_id  # type: ignore[attr-defined]
-            p = cur.get(t)
-            if p is None:
-                continue
-            if p.buffer_id in freed:
-                _dangling(st, col, t, p, e, "read", compute_id)
-            _check_read(st, col, t, p, p.alias, e, compute_id, HazardKind.CLOBBERED_OUTPUT,
-                        e.offset, e.nbytes)  # type: ignore[attr-defined]
-        elif cls is TensorCopy:
-            src = e.src_id  # type: ignore[attr-defined]
-            p = cur.get(src)
-            if p is not None:
-                if p.buffer_id in freed:
-                    _dangling(st, col, src, p, e, "read", compute_id)
-                _check_read(st, col, src, p, p.alias, e, compute_id, HazardKind.USE_AFTER_REUSE,
-                            0, e.nbytes)  # type: ignore[attr-defined]
-            _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
-        elif cls is BufferCleared:
-            buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
-            if buf is not None:
-                cm = maps.get(buf.buffer_id)
-                if cm is None:
-                    cm = maps[buf.buffer_id] = ByteMap()
-                cm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq))
-        elif cls is BufferFreed:
-            freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
+    scan = AccessScan(model, col, cpy_destinations(model.tensors.values()))
+    n = len(model.events)
+    scan.feed(model.events, progress, 0, n)
     if progress is not None:
         progress(n, n)
 
 
-def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e: ev.Event,
+def _write_range(st: AccessScan, col: Collector, t: int, offset: int, nbytes: int, e: ev.Event,
                  compute_id: int) -> None:
     p = st.cur.get(t)
     if p is None:
@@ -182,7 +212,7 @@ def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e
     if bm is None:
         bm = st.maps[p.buffer_id] = ByteMap()
     a = p.offset + offset
-    bm.write(a, a + min(nbytes, p.nbytes - offset), (k, t, e.seq))
+    bm.write(a, a + min(nbytes, p.nbytes - offset), (k, t, e.seq, e))
     st.last_write[k] = e.seq
 
 
@@ -200,11 +230,9 @@ def _access_text(model: TraceModel, e: ev.Event, verb: str) -> tuple[str, int]:
     return f"{verb} at seq {e.seq}", -1
 
 
-def _writer_text(model: TraceModel, seq: int) -> str:
-    try:
-        e = model.event_at(seq)
-    except KeyError:
-        return f"seq {seq}"
+def _writer_text(model: TraceModel, e: ev.Event) -> str:
+    """How the writer event ``e`` is named in a report."""
+    seq = e.seq
     if isinstance(e, ev.NodeCompute):
         return f"node {e.index} of compute #{e.compute_id}, seq {seq}"
     if isinstance(e, ev.TensorSet):
@@ -214,7 +242,7 @@ def _writer_text(model: TraceModel, seq: int) -> str:
     return f"seq {seq}"
 
 
-def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.Event, compute_id: int,
+def _check_read(st: AccessScan, col: Collector, t: int, p: Placement, k: int, e: ev.Event, compute_id: int,
                 clobber_kind: HazardKind, offset: int = 0, nbytes: int | None = None) -> None:
     """The slow path of a read: cut T's bytes by last writer and classify the foreign pieces."""
     a = p.offset + offset
@@ -226,13 +254,13 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
     if lw is not None and lw < placed:
         lw = None  # written only under an earlier placement: not since this one
     pool = p.pool
-    found: dict[tuple[HazardKind, int], list[tuple[int, int, int]]] = {}
+    found: dict[tuple[HazardKind, int], list[tuple[int, int, int, ev.Event | None]]] = {}
     for s, end, rec in pieces:
         if rec is None:
             if pool and lw is None:
-                found.setdefault((HazardKind.UNINITIALIZED_READ, -1), []).append((s, end, -1))
+                found.setdefault((HazardKind.UNINITIALIZED_READ, -1), []).append((s, end, -1, None))
             continue
-        wkey, writer, wseq = rec
+        wkey, writer, wseq, wevent = rec
         if wkey == k or wkey == CLEAR_KEY:
             continue
         if lw is not None and wseq > lw:
@@ -243,19 +271,23 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
             kind = clobber_kind
         else:
             continue
-        found.setdefault((kind, writer), []).append((s, end, wseq))
+        found.setdefault((kind, writer), []).append((s, end, wseq, wevent))
     for (kind, writer), ranges in found.items():
         _report_access(st, col, kind, t, p, writer, ranges, e, compute_id, lw)
 
 
-def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Placement, writer: int,
-                   ranges: list[tuple[int, int, int]], e: ev.Event, compute_id: int, lw: int | None) -> None:
+def _report_access(st: AccessScan, col: Collector, kind: HazardKind, t: int, p: Placement, writer: int,
+                   ranges: list[tuple[int, int, int, ev.Event | None]], e: ev.Event, compute_id: int,
+                   lw: int | None) -> None:
     model = st.model
     key = (kind, t, writer, p.buffer_id)
     if col.bump(key, e.seq, compute_id):
         return
-    merged = _merge([(s, end) for s, end, _ in ranges])
-    wseq = max(r[2] for r in ranges)
+    merged = _merge([(r[0], r[1]) for r in ranges])
+    last = max(ranges, key=lambda r: r[2])
+    wseq, wevent = last[2], last[3]
+    # the writer's placement now, not when the report is made
+    wplacement = st.cur.get(writer) if writer >= 0 else None
 
     def make() -> Hazard:
         verb = "READ"
@@ -263,29 +295,31 @@ def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Plac
         other = None
         other_loc = None
         if writer >= 0:
-            other = tensor_ref(model, writer, st.cur.get(writer))
-            other_loc = model.event_at(wseq).loc if wseq in model.seq_index else None
+            other = tensor_ref(model, writer, wplacement)
+            other_loc = wevent.loc if wevent is not None else None
+        wtext = _writer_text(model, wevent) if wevent is not None else f"seq {wseq}"
         if kind is HazardKind.UNINITIALIZED_READ:
             what = (f"nothing wrote these bytes since {qlabel(model, t)} was placed" if writer < 0 else
-                    f"these bytes still hold {qlabel(model, writer)}'s data (written at {_writer_text(model, wseq)}); "
+                    f"these bytes still hold {qlabel(model, writer)}'s data (written at {wtext}); "
                     f"{qlabel(model, t)} never wrote them since it was placed")
         else:
             since = f"seq {lw}" if lw is not None else "it was placed (it was never written in the trace)"
-            what = (f"last written by {qlabel(model, writer)} at {_writer_text(model, wseq)}, after "
+            what = (f"last written by {qlabel(model, writer)} at {wtext}, after "
                     f"{qlabel(model, t)} was written at {since}")
         return Hazard(kind, e.seq, tensor_ref(model, t, p), other, p.buffer_id, tuple(merged), access=access,
                       access_loc=e.loc, other_seq=wseq if writer >= 0 else -1, other_loc=other_loc, detail=what,
                       compute_id=compute_id, node_index=index)
 
-    col.add(key, make, compute_id)
+    col.add(key, make, compute_id, e.seq)
 
 
-def _dangling(st: _State, col: Collector, t: int, p: Placement, e: ev.Event, verb: str, compute_id: int) -> None:
+def _dangling(st: AccessScan, col: Collector, t: int, p: Placement, e: ev.Event, verb: str, compute_id: int) -> None:
     model = st.model
     key = (HazardKind.DANGLING, t, -1, p.buffer_id)
     if col.bump(key, e.seq, compute_id):
         return
     freed_seq = st.freed[p.buffer_id]
+    freed_loc = st.freed_loc.get(p.buffer_id)
 
     def make() -> Hazard:
         access, index = _access_text(model, e, verb.upper())
@@ -293,11 +327,11 @@ def _dangling(st: _State, col: Collector, t: int, p: Placement, e: ev.Event, ver
         cause = buf.free_cause if buf is not None and buf.free_cause else "no cause given"
         return Hazard(HazardKind.DANGLING, e.seq, tensor_ref(model, t, p), None, p.buffer_id,
                       ((p.offset, p.offset + p.nbytes),), access=access, access_loc=e.loc, other_seq=freed_seq,
-                      other_loc=model.event_at(freed_seq).loc,
+                      other_loc=freed_loc,
                       detail=f"buffer #{p.buffer_id} was freed at seq {freed_seq} ({cause}); the tensor still points "
                              "into it", compute_id=compute_id, node_index=index)
 
-    col.add(key, make, compute_id)
+    col.add(key, make, compute_id, e.seq)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

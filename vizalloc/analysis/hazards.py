@@ -202,9 +202,22 @@ def tensor_ref(model: TraceModel, tensor_id: int, placement: Placement | None = 
 
 @dataclass
 class Collector:
-    """Merges equal findings: the first occurrence is kept, later ones are counted."""
+    """Merges equal findings: the first occurrence is kept, later ones are counted.
 
-    found: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+    A finding is added with a function that makes its ``Hazard``; that function runs in
+    ``hazards()``, once every event has been seen, so a report names tensors as the trace
+    leaves them (their last name, a placement's final staleness) whether the trace was
+    analysed in one piece or as a stream. Whatever it must know of the moment of the finding
+    (the state of the pass) is captured when it is added.
+
+    Plan-predicted use-after-reuse findings (``predict``) wait apart: one that a compute
+    shows (the access pass found the same pair, in either order) is dropped in ``hazards()``.
+    """
+
+    #: key -> [make, occurrences, last_seq, steps]
+    found: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
+    #: plan-predicted use-after-reuse findings, the same way
+    predicted: dict[tuple[Any, ...], list[Any]] = field(default_factory=dict)
     #: findings seen so far, repeats included (tells a caller whether a check found anything)
     n_findings: int = 0
 
@@ -217,24 +230,40 @@ class Collector:
         if entry is None:
             return False
         self.n_findings += 1
-        entry["occurrences"] += 1
-        entry["last_seq"] = max(entry["last_seq"], seq)
-        steps = entry["steps"]
+        entry[1] += 1
+        if seq > entry[2]:
+            entry[2] = seq
+        steps = entry[3]
         if step >= 0 and len(steps) < MAX_STEPS and (not steps or steps[-1] != step):
             steps.append(step)
         return True
 
-    def add(self, key: tuple[Any, ...], make: Callable[[], Hazard], step: int) -> None:
-        h = make()
+    def add(self, key: tuple[Any, ...], make: Callable[[], Hazard], step: int, seq: int) -> None:
+        """A new finding first seen at ``seq``; ``make()`` (called in ``hazards()``) must give a
+        ``Hazard`` whose ``seq`` is ``seq``."""
         self.n_findings += 1
-        self.found[key] = {"hazard": h, "occurrences": 1, "last_seq": h.seq, "steps": [step] if step >= 0 else []}
+        self.found[key] = [make, 1, seq, [step] if step >= 0 else []]
+
+    def predict(self, key: tuple[Any, ...], make: Callable[[], Hazard], step: int, seq: int) -> None:
+        """A use-after-reuse predicted from a plan (``key`` = kind, victim, other, buffer): kept
+        once, unless the pair (in either order) was already predicted or is found by the access
+        pass, now or later."""
+        rev = (key[0], key[2], key[1], key[3])
+        if key in self.found or rev in self.found or key in self.predicted or rev in self.predicted:
+            return
+        self.n_findings += 1
+        self.predicted[key] = [make, 1, seq, [step] if step >= 0 else []]
 
     def hazards(self) -> list[Hazard]:
         out = []
-        for entry in self.found.values():
-            h: Hazard = entry["hazard"]
-            out.append(replace(h, occurrences=entry["occurrences"], last_seq=entry["last_seq"],
-                                steps=tuple(entry["steps"])))
+        found = self.found
+        entries = list(found.values())
+        for key, entry in self.predicted.items():
+            if key not in found and (key[0], key[2], key[1], key[3]) not in found:
+                entries.append(entry)
+        for make, occurrences, last_seq, steps in entries:
+            h: Hazard = make()
+            out.append(replace(h, occurrences=occurrences, last_seq=last_seq, steps=tuple(steps)))
         return out
 
 

@@ -183,6 +183,7 @@ class BufferInfo:
     alloc_loc: ev.Location | None
     freed_seq: int = NEVER
     free_cause: str = ""
+    freed_loc: ev.Location | None = None
     cleared_seqs: list[int] = field(default_factory=list)
     placements: list[int] = field(default_factory=list)
 

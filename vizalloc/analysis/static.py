@@ -47,10 +47,10 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
                     HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
                     access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
                     access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
-                    other_loc=model.event_at(model.buffers[p.buffer_id].freed_seq).loc,
+                    other_loc=model.buffers[p.buffer_id].freed_loc,
                     detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
                            f" ({model.buffers[p.buffer_id].free_cause or 'no cause given'})",
-                    binding_id=b.binding_id), b.binding_id)
+                    binding_id=b.binding_id), b.binding_id, seq)
         # stale roots in a freed buffer still overlap each other there (golden: same instance)
         if p.nbytes > 0:
             by_buffer.setdefault(p.buffer_id, []).append((p.offset, p.end, root, p))
@@ -86,19 +86,23 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
                   f"{qlabel(model, y[2])} {_span(sy)}")
     else:
         kind = HazardKind.USE_AFTER_REUSE
-        # a compute of this plan that shows it already reported it, with the real steps
-        if col.seen((kind, x[2], y[2], px.buffer_id)) or col.seen((kind, y[2], x[2], px.buffer_id)):
-            return
         detail = (f"predicted from the plan: both roots are live in graph #{b.graph_id} "
                   f"({qlabel(model, x[2])} {_span(sx)}, {qlabel(model, y[2])} {_span(sy)}) but share bytes")
     key = (kind, x[2], y[2], px.buffer_id)
+
+    def make() -> Hazard:
+        return Hazard(
+            kind, seq, tensor_ref(model, x[2], px), tensor_ref(model, y[2], py), px.buffer_id, ((lo, hi),),
+            access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}, plan #{b.plan_id})",
+            access_loc=b.loc, other_seq=py.seq, other_loc=py.loc, detail=detail, binding_id=b.binding_id)
+
+    if kind is HazardKind.USE_AFTER_REUSE:
+        # a compute of this plan that shows it reports it with the real steps (Collector.predict)
+        col.predict(key, make, b.binding_id, seq)
+        return
     if col.bump(key, seq, b.binding_id):
         return
-    col.add(key, lambda: Hazard(
-        kind, seq, tensor_ref(model, x[2], px), tensor_ref(model, y[2], py), px.buffer_id, ((lo, hi),),
-        access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}, plan #{b.plan_id})",
-        access_loc=b.loc, other_seq=py.seq, other_loc=py.loc, detail=detail, binding_id=b.binding_id,
-    ), b.binding_id)
+    col.add(key, make, b.binding_id, seq)
 
 
 def _span(s: liveness.Span) -> str:
@@ -171,22 +175,37 @@ class _Signatures:
         return sig
 
 
-def check_bindings(model: TraceModel, col: Collector) -> None:
-    """Overlaps, dangling roots and plan mismatches of every successful binding, in order."""
-    sigs = _Signatures(model)
-    clean: set[Any] = set()
-    for b in sorted(model.bindings.values(), key=lambda b: b.begin_seq):
+class BindingChecks:
+    """The binding-time checks, one binding at a time (``check``), in binding order, with
+    the model as it stands right after that binding (or complete)."""
+
+    def __init__(self, model: TraceModel, col: Collector) -> None:
+        self.model = model
+        self.col = col
+        self.sigs = _Signatures(model)
+        self.clean: set[Any] = set()
+
+    def check(self, b: BindingInfo) -> None:
+        """Overlaps, dangling roots and a plan mismatch of one binding (nothing unless it succeeded)."""
         if not b.ok or b.graph is None:
-            continue
+            return
+        model, col = self.model, self.col
         sig = graph_signature(model, b.graph)
-        _check_plan_match(model, b, col, sig, sigs)
+        _check_plan_match(model, b, col, sig, self.sigs)
         key = _layout_key(model, b, sig)
-        if key is not None and key in clean:
-            continue
+        if key is not None and key in self.clean:
+            return
         before = col.n_findings
         _check_binding(model, b, col)
         if key is not None and col.n_findings == before:
-            clean.add(key)
+            self.clean.add(key)
+
+
+def check_bindings(model: TraceModel, col: Collector) -> None:
+    """Overlaps, dangling roots and plan mismatches of every successful binding, in order."""
+    checks = BindingChecks(model, col)
+    for b in sorted(model.bindings.values(), key=lambda b: b.begin_seq):
+        checks.check(b)
 
 
 def _layout_key(model: TraceModel, b: BindingInfo, sig: tuple[Any, ...]) -> Any:
@@ -262,7 +281,7 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tu
                f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
         access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail=detail, binding_id=b.binding_id,
         node_index=pos,
-    ), b.binding_id)
+    ), b.binding_id, b.begin_seq)
 
 
 def _sig_text(model: TraceModel, t: int) -> str:
@@ -275,34 +294,90 @@ def _sig_text(model: TraceModel, t: int) -> str:
 
 # -- re-plans --------------------------------------------------------------------------------
 
-def check_replans(model: TraceModel, col: Collector) -> None:
-    per_galloc: dict[int, int] = {}
-    first_plan: dict[int, int] = {}
-    for p in model.plans.values():
-        if p.galloc_id not in first_plan or p.begin_seq < first_plan[p.galloc_id]:
-            first_plan[p.galloc_id] = p.begin_seq
-    for r in model.replans:
-        # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
-        if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
-            continue
+class ReplanChecks:
+    """Re-plan findings as a stream: ``plan``, ``binding`` and ``replan`` in event order, then
+    ``finish``. The first plan of an allocator is no re-plan, whatever asked for it (a
+    reserve, say): a ``Replan`` before its allocator's first plan is dropped, one of an
+    allocator that never plans is counted at ``finish``."""
+
+    def __init__(self, model: TraceModel, col: Collector) -> None:
+        self.model = model
+        self.col = col
+        self.planned: set[int] = set()                    # gallocs with a plan so far
+        self.waiting: dict[int, list[ev.Replan]] = {}      # galloc -> re-plans before its first plan
+        self.per_galloc: dict[int, int] = {}               # galloc -> re-plans counted
+        self.bindings: dict[int, list[Any]] = {}           # galloc -> [count, first binding id, its seq]
+
+    def plan(self, galloc_id: int) -> None:
+        """A plan of ``galloc_id`` began."""
+        self.planned.add(galloc_id)
+        self.waiting.pop(galloc_id, None)
+
+    def binding(self, galloc_id: int, binding_id: int, seq: int) -> None:
+        """A binding of ``galloc_id`` began (ok or not)."""
+        entry = self.bindings.get(galloc_id)
+        if entry is None:
+            self.bindings[galloc_id] = [1, binding_id, seq]
+        else:
+            entry[0] += 1
+            if seq < entry[2]:
+                entry[1], entry[2] = binding_id, seq
+
+    def replan(self, r: ev.Replan) -> None:
+        if r.cause == "first":
+            return
+        if r.galloc_id not in self.planned:
+            self.waiting.setdefault(r.galloc_id, []).append(r)
+            return
+        self._count(r)
+
+    def _count(self, r: ev.Replan) -> None:
+        model, col = self.model, self.col
         cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
-        per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
+        self.per_galloc[r.galloc_id] = self.per_galloc.get(r.galloc_id, 0) + 1
         key = (HazardKind.REPLAN, r.galloc_id, cause)
         if col.bump(key, r.seq, -1):
-            continue
+            return
         where = f" at node {r.node_index}" if r.node_index >= 0 else ""
         col.add(key, lambda r=r, cause=cause, where=where: Hazard(
             HazardKind.REPLAN, r.seq, tensor_ref(model, r.tensor_id) if r.tensor_id >= 0 else None,
             access=f"galloc #{r.galloc_id} planned again: {cause}{where}", access_loc=r.loc,
-            detail=r.detail, cause=cause), -1)
-    for galloc, n_replans in per_galloc.items():
-        bindings = [b for b in model.bindings.values() if b.galloc_id == galloc]
-        if len(bindings) >= 3 and n_replans >= len(bindings) - 1:
-            first = min(bindings, key=lambda b: b.begin_seq)
-            key = (HazardKind.REPLAN, galloc, "churn")
-            col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
-                HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
-                access_loc=first.loc, cause="churn",
-                detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
-                       "tensor placed by the previous binding goes stale; reserve the largest graph once, or "
-                       "use one allocator per graph"), -1)
+            detail=r.detail, cause=cause), -1, r.seq)
+
+    def finish(self) -> None:
+        """Count the re-plans of allocators that never planned, then report churn."""
+        waiting = sorted((r for rs in self.waiting.values() for r in rs), key=lambda r: r.seq)
+        self.waiting = {}
+        for r in waiting:
+            self._count(r)
+        model, col = self.model, self.col
+        for galloc, n_replans in self.per_galloc.items():
+            entry = self.bindings.get(galloc)
+            if entry is None:
+                continue
+            n_bindings, first_id, _ = entry
+            if n_bindings >= 3 and n_replans >= n_bindings - 1:
+                first = model.bindings[first_id]
+                key = (HazardKind.REPLAN, galloc, "churn")
+                col.add(key, lambda first=first, n=n_replans, nb=n_bindings, g=galloc: Hazard(
+                    HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
+                    access_loc=first.loc, cause="churn",
+                    detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
+                           "tensor placed by the previous binding goes stale; reserve the largest graph once, or "
+                           "use one allocator per graph"), -1, first.begin_seq)
+
+
+def check_replans(model: TraceModel, col: Collector) -> None:
+    """Every re-plan (not an allocator's first plan), merged per allocator and cause, and churn."""
+    checks = ReplanChecks(model, col)
+    steps: list[tuple[int, int, Any]] = [(p.begin_seq, 0, p) for p in model.plans.values()]
+    steps += [(b.begin_seq, 1, b) for b in model.bindings.values()]
+    steps += [(r.seq, 2, r) for r in model.replans]
+    for _, what, x in sorted(steps, key=lambda s: (s[0], s[1])):
+        if what == 0:
+            checks.plan(x.galloc_id)
+        elif what == 1:
+            checks.binding(x.galloc_id, x.binding_id, x.begin_seq)
+        else:
+            checks.replan(x)
+    checks.finish()

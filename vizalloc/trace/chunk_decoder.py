@@ -44,6 +44,19 @@ class ChunkParts:
     in_order: bool          # rows in recording order (else grouped by kind)
 
 
+@dataclass(slots=True)
+class Gathered:
+    """Rows of a batch of chunks grouped by kind (``ChunkDecoder.gather``)."""
+
+    n: int                  # events
+    order: np.ndarray       # layout position -> recording index
+    kinds: list[tuple[int, np.ndarray, np.ndarray]]  # (file kind index, layout positions, rows) per kind present
+    item_start: np.ndarray  # per layout position: its first item int
+    blob_start: np.ndarray  # per layout position: its first blob byte
+    items: np.ndarray       # every item int of the batch, in layout order
+    blob: bytes
+
+
 class ChunkDecoder:
     """Turns chunk bytes back into events; keeps the file-wide tables between chunks.
 
@@ -64,12 +77,20 @@ class ChunkDecoder:
         self._locs: list[ev.Location | None] = [None]
         self._loc_array = np.empty(0, dtype=object)
         self._enum_values: dict[str, dict[int, Any]] = {}
+        self._string_ids: dict[str, int] = {}
         self._carry: dict[int, tuple[int, int]] = {}
         self._zlib = zlib.decompressobj() if compressed else None
 
     @classmethod
     def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
+
+    def string_id(self, text: str) -> int:
+        """The id of a string in the file's table (read so far), or -1 when it is not there."""
+        ids, strings = self._string_ids, self._strings
+        for i in range(len(ids), len(strings)):
+            ids.setdefault(strings[i], i)
+        return ids.get(text, -1)
 
     # -- per chunk: the minimum ------------------------------------------------------
     def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False
@@ -117,24 +138,17 @@ class ChunkDecoder:
         return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & _IN_ORDER))
 
     # -- per batch: everything else ---------------------------------------------------
-    def assemble(self, parts: Sequence[ChunkParts], slice_events: int | None = None) -> list[ev.Event]:
-        """The events of consecutive decoded chunks, in recording order.
-
-        ``slice_events``: build each kind's events at most this many at a time, with a
-        ``time.sleep(0)`` (which releases the GIL) after each slice. Without it (the fastest
-        way, for ``load``) a kind's events are converted and constructed in single calls that
-        run in C for milliseconds each on a 65,536-event batch (~5 ms, up to ~30 ms on a busy
-        machine) without letting go of the GIL, which starves a UI thread while a worker
-        reads the file. The events are the same either way.
+    def gather(self, parts: Sequence[ChunkParts]) -> Gathered | None:
+        """The rows of consecutive decoded chunks grouped by kind, with their items and blob
+        bytes (None for no events): what ``assemble`` builds events from, and what
+        ``vizalloc.trace.columns`` turns into numpy columns without building any event.
 
         Raises ValueError (or IndexError) when the chunks do not fit their schema.
         """
-        if slice_events is not None and slice_events < 1:
-            raise ValueError(f"slice_events must be at least 1, got {slice_events}")
         kinds = np.frombuffer(b"".join(p.kinds for p in parts), dtype=np.uint8)
         n = len(kinds)
         if n == 0:
-            return []
+            return None
         counts = np.array([len(p.kinds) for p in parts], dtype=np.int64)
         present = np.flatnonzero(np.bincount(kinds, minlength=256))
         for k in present.tolist():
@@ -159,7 +173,7 @@ class ChunkDecoder:
         if len(self._loc_array) != len(self._locs):
             self._loc_array = np.empty(len(self._locs), dtype=object)
             self._loc_array[:] = self._locs
-        # 1. gather each kind's rows; count the items and blob bytes of every event
+        # gather each kind's rows; count the items and blob bytes of every event
         by_kind = np.argsort(kinds_l, kind="stable")
         per_kind = np.bincount(kinds_l, minlength=256)
         bounds = np.cumsum(per_kind)
@@ -182,8 +196,29 @@ class ChunkDecoder:
         _check_per_chunk(blob_total, chunk_starts, [len(p.blob) for p in parts], "blob byte", parts)
         item_start = np.cumsum(item_total) - item_total
         blob_start = np.cumsum(blob_total) - blob_total
+        return Gathered(n, order, gathered, item_start, blob_start, items_all, blob_all)
+
+    def assemble(self, parts: Sequence[ChunkParts], slice_events: int | None = None) -> list[ev.Event]:
+        """The events of consecutive decoded chunks, in recording order.
+
+        ``slice_events``: build each kind's events at most this many at a time, with a
+        ``time.sleep(0)`` (which releases the GIL) after each slice. Without it (the fastest
+        way, for ``load``) a kind's events are converted and constructed in single calls that
+        run in C for milliseconds each on a 65,536-event batch (~5 ms, up to ~30 ms on a busy
+        machine) without letting go of the GIL, which starves a UI thread while a worker
+        reads the file. The events are the same either way.
+
+        Raises ValueError (or IndexError) when the chunks do not fit their schema.
+        """
+        if slice_events is not None and slice_events < 1:
+            raise ValueError(f"slice_events must be at least 1, got {slice_events}")
+        g = self.gather(parts)
+        if g is None:
+            return []
+        n, order, gathered, item_start, blob_start, items_all, blob_all = (
+            g.n, g.order, g.kinds, g.item_start, g.blob_start, g.items, g.blob)
         item_list: list[int] | None = None
-        # 2. columns per kind, events per kind (in bulk), then back into recording order
+        # columns per kind, events per kind (in bulk), then back into recording order
         result: list[Any] = [None] * n
         put = result.__setitem__
         for k, sel, rows in gathered:
