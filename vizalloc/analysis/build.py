@@ -3,6 +3,10 @@
 Handlers are looked up by event class; the four most frequent kinds (``NodeCompute``,
 ``TensorNamed``, ``TensorCreated``, ``TensorPlaced``) are handled inline in the loop. Unknown kinds are kept in ``events`` and ignored.
 
+Without ``keep_events`` (the streaming analysis, ``stream.py``) the builder is fed the
+events batch by batch and keeps no event: no ``events`` list, no tensor histories, no
+node lists of computes; everything else is the same.
+
     >>> from vizalloc.analysis.model import build_model
     >>> build_model([]).n_events
     0
@@ -21,11 +25,34 @@ from vizalloc.analysis.records import (
 from vizalloc.trace import events as ev
 
 
+class _NoHistory(list):  # type: ignore[type-arg]
+    """A tensor history that stays empty (a streamed model keeps no events to point at)."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+_NO_HISTORY = _NoHistory()
+
+
+def _no_history(items: Any) -> list[int]:
+    return _NO_HISTORY
+
+
 class Builder:
     """The one pass. Handlers are looked up by event class; unknown kinds are kept but ignored."""
 
-    def __init__(self, events: list[ev.Event]) -> None:
+    def __init__(self, events: list[ev.Event], *, keep_events: bool = True) -> None:
         self.m = TraceModel(events)
+        self.keep = keep_events
+        #: CPY node -> the source that is its destination (``dynamic.cpy_destinations``), kept
+        #: up to date while streaming
+        self.cpy_dst: dict[int, int] = {}
+        #: while streaming, what the hazard checks wait for, in event order: ("replan", Replan),
+        #: ("plan", PlanInfo), ("binding", BindingInfo) at its begin, ("bound", BindingInfo) at its end
+        self.log: list[tuple[str, Any]] = []
+        #: the stream analysis' skipped steps (``runs.RunTable``): their placements go stale too
+        self.runs: Any = None
         self.current: dict[int, int] = {}          # tensor -> current placement index
         self.alias_of: dict[int, int] = {}         # tensor -> alias key of its latest placement
         self.pool_of: dict[int, bool] = {}         # tensor -> latest placement made by a graph allocator
@@ -52,6 +79,11 @@ class Builder:
         self._run(m.events, 0, len(m.events))
         return m
 
+    def feed(self, events: list[ev.Event]) -> None:
+        """The next events (``keep_events=False``): the model grows, the events are not kept."""
+        self._run(events, 0, len(events))
+        self.m.n_streamed += len(events)
+
     def _run(self, events: list[ev.Event], lo: int, hi: int) -> None:
         m = self.m
         handlers = {cls: getattr(self, "_" + name) for name, cls in ev.KINDS.items() if hasattr(self, "_" + name)}
@@ -75,10 +107,15 @@ class Builder:
         alias_of = self.alias_of
         pool_of = self.pool_of
         galloc_bound = self.galloc_bound
+        keep = self.keep
+        history_of = list if keep else _no_history
+        cpy_dst = self.cpy_dst
         for i in range(lo, hi):
             e = events[i]
             cls = type(e)
             if cls is node_compute:
+                if not keep:
+                    continue
                 # the hot path, inlined: a node's reads and write
                 if add_node is not None:
                     add_node(e)
@@ -113,8 +150,11 @@ class Builder:
                 tensors[t] = TensorInfo(
                     t, e.ctx_id, e.name, dtype, ne, nb, e.op, e.op_params,  # type: ignore[attr-defined]
                     e.srcs, e.view_src, e.view_offs, e.flags, e.copy_of, nbytes,  # type: ignore[attr-defined]
-                    e.seq, e.loc, [i],
+                    e.seq, e.loc, history_of((i,)),
                 )
+                if not keep and e.op == "CPY":  # type: ignore[attr-defined]
+                    srcs = e.srcs  # type: ignore[attr-defined]
+                    cpy_dst[t] = srcs[1] if len(srcs) > 1 else t
                 continue
             if cls is tensor_placed:
                 # inlined: a placement, its alias key and pool flag, and who keeps its index
@@ -187,6 +227,8 @@ class Builder:
             p.end_reason = reason
 
     def _make_stale(self, galloc_id: int, seq: int, reason: str) -> None:
+        if self.runs is not None:
+            self.runs.make_stale(galloc_id, seq, reason, self.m.placements)
         bound = self.galloc_bound.get(galloc_id)
         if not bound:
             return
@@ -223,6 +265,8 @@ class Builder:
             srcs[e.slot] = e.src_id
             info.srcs = tuple(srcs)
             info.history.append(self.i)
+            if not self.keep and info.op == "CPY":
+                self.cpy_dst[info.tensor_id] = srcs[1] if len(srcs) > 1 else info.tensor_id
 
     # -- buffers and placements ---------------------------------------------------
     def _BufferAllocated(self, e: ev.BufferAllocated) -> None:
@@ -249,6 +293,8 @@ class Builder:
                 info = tensors.get(p.tensor_id)
                 if info is not None:
                     info.history.append(self.i)
+        if self.runs is not None:
+            self.runs.buffer_freed(e.buffer_id, e.seq, placements)
 
     def _BufferCleared(self, e: ev.BufferCleared) -> None:
         buf = self.m.buffers.get(e.buffer_id)
@@ -285,6 +331,8 @@ class Builder:
 
     # -- planning and binding ---------------------------------------------------------
     def _Replan(self, e: ev.Replan) -> None:
+        if not self.keep:
+            self.log.append(("replan", e))
         self.m.replans.append(e)
         self.pending_replans.setdefault(e.galloc_id, []).append(e)
 
@@ -297,6 +345,8 @@ class Builder:
         plan.replans = self.pending_replans.pop(e.galloc_id, [])
         self.m.plans[e.plan_id] = plan
         self.open_plan = plan
+        if not self.keep:
+            self.log.append(("plan", plan))
 
     def _decision(self, e: Any) -> None:
         plan = self.open_plan
@@ -320,12 +370,16 @@ class Builder:
         b = BindingInfo(e.binding_id, e.galloc_id, e.plan_id, e.graph_id, e.seq, e.loc, self._snapshot(e.graph_id),
                         self.galloc_sched.get(e.galloc_id, -1))
         self.m.bindings[e.binding_id] = b
+        if not self.keep:
+            self.log.append(("binding", b))
 
     def _BindingEnd(self, e: ev.BindingEnd) -> None:
         b = self.m.bindings.get(e.binding_id)
         if b is not None:
             b.end_seq = e.seq
             b.ok = e.ok
+            if not self.keep:
+                self.log.append(("bound", b))
 
     # -- scheduler ----------------------------------------------------------------------
     def _sched(self, sched_id: int) -> SchedInfo:

@@ -59,6 +59,8 @@ class TraceModel:
     contexts: dict[int, ev.ContextCreated] = field(default_factory=dict)
     #: tensors the scheduler made to hold an input copy for a split (``SchedCopy.copy_id``)
     input_copies: set[int] = field(default_factory=set)
+    #: events a streaming build was fed without keeping them (``build.Builder.feed``)
+    n_streamed: int = 0
     _seq_index: dict[int, int] | None = None
     _map_index: dict[int, Any] | None = None
 
@@ -168,7 +170,12 @@ class TraceModel:
 
     @property
     def n_events(self) -> int:
-        return len(self.events)
+        return len(self.events) + self.n_streamed
+
+    @property
+    def streamed(self) -> bool:
+        """Built from a stream: no events, tensor histories or compute node lists are kept."""
+        return self.n_streamed > 0 and not self.events
 
 
 def events_of(trace: Any) -> list[ev.Event]:

@@ -103,6 +103,28 @@ def load_model(path: str, label: str = "") -> Any:
         return build_model(trace, progress=progress)
 
 
+def analyse_file(path: str, label: str = "") -> tuple[Any, list[Any], Any]:
+    """The model (without its events), the hazards and the header of a trace file, analysed as
+    a stream of column batches: memory holds the model and one batch, never the whole trace,
+    and steps that repeat are analysed once (``vizalloc.analysis.stream``)."""
+    import os
+
+    from vizalloc.analysis.model import gc_paused
+    from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis
+    from vizalloc.trace.api import open_reader
+    from vizalloc.trace.columns import iter_columns
+
+    stream = StreamAnalysis(repeat=os.environ.get("VIZALLOC_REPEAT", "1") != "0")
+    with open_reader(path) as reader, progress_bar(f"analysing {label or path}") as progress, gc_paused():
+        total = os.path.getsize(path)
+        for batch in iter_columns(reader, COLUMN_BATCH_EVENTS):
+            stream.feed_columns(batch)
+            if progress is not None:
+                progress(reader.offset, total)
+        reader.warn_if_incomplete()
+        return stream.model, stream.finish(), reader.header
+
+
 def analyse(model: Any, label: str = "") -> list[Any]:
     from vizalloc.analysis.hazards import find_hazards
 
@@ -176,8 +198,11 @@ def execute(args: argparse.Namespace) -> int:
     if args.max_reports < 0:
         raise UsageError(f"--max-reports must be 0 or more, got {args.max_reports}")
     with _collector_paused() as analysed:
-        model = load_model(args.trace)
-        hazards = analyse(model)
+        if args.shadow:  # shadow execution replays computes: it needs the events
+            model = load_model(args.trace)
+            hazards = analyse(model)
+        else:
+            model, hazards, _ = analyse_file(args.trace)
         analysed()
         return _report(args, model, hazards, fail_on)
 

@@ -80,13 +80,17 @@ def _write(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _load(path: str):  # type: ignore[no-untyped-def]
-    from vizalloc.trace.api import load
-
+def _check_readable(path: str) -> None:
     if not os.path.exists(path):
         raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py`")
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory, not a trace file")
+
+
+def _load(path: str):  # type: ignore[no-untyped-def]
+    from vizalloc.trace.api import load
+
+    _check_readable(path)
     return load(path)
 
 
@@ -112,10 +116,20 @@ def execute(args: argparse.Namespace) -> int:
     if not to_stdout and fmt is not Format.MINIMALLOC:
         _check_free(target, args.force)
 
-    trace = _load(args.trace)
-    analysed = Analysed.of(trace)
+    if fmt is Format.JSON:
+        # the report needs the model and the hazards, not the events: analysed as a stream
+        from vizalloc.cli.check import analyse_file
+        from vizalloc.export.findings import highlights
+
+        _check_readable(args.trace)
+        model, hazards, header = analyse_file(args.trace)
+        analysed = Analysed(model, hazards, highlights(hazards), header)
+    else:
+        trace = _load(args.trace)
+        analysed = Analysed.of(trace)
+        header = getattr(trace, "header", None)
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
-                      offsets=args.offsets, header=getattr(trace, "header", None))
+                      offsets=args.offsets, header=header)
     texts = export_texts(analysed, fmt, options)
 
     if to_stdout:

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from vizalloc.cli.check import analyse, counts, load_model
+from vizalloc.cli.check import analyse_file, counts
 
 HELP = "tables of graphs, plans, buffers, peaks and hazards"
 
@@ -132,8 +132,7 @@ def _render(data: dict[str, Any]) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    model = load_model(args.trace)
-    hazards = analyse(model)
+    model, hazards, _ = analyse_file(args.trace)
     data = summarize(model, hazards, top=max(0, args.top))
     if args.json:
         json.dump(data, sys.stdout, indent=2)

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from vizalloc.errors import TraceFormatError, UsageError
@@ -34,8 +35,8 @@ from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWr
 from vizalloc.trace.schema import SCHEMA
 from vizalloc.trace.value import Trace, TraceHeader
 
-__all__ = ["Trace", "TraceFollower", "TraceHeader", "TraceSession", "follow", "load", "mark", "read_batches", "save",
-           "trace"]
+__all__ = ["Trace", "TraceFollower", "TraceHeader", "TraceSession", "follow", "load", "mark", "open_reader",
+           "read_batches", "save", "trace"]
 
 PathLike = str | os.PathLike[str]
 
@@ -462,6 +463,18 @@ def load(path: PathLike) -> Trace:
     with _open(path) as f:
         data = f.read()  # one read: parsing frames from memory is faster than many small reads
     return read_trace(io.BytesIO(data), os.fspath(path))
+
+
+@contextmanager
+def open_reader(path: PathLike) -> Iterator[TraceFileReader]:
+    """A trace file's reader (header read), for reading it batch by batch; closed after the block.
+
+    Raises:
+        TraceFormatError: the file is not a trace, or its header is damaged.
+        UsageError: the file does not exist or cannot be read.
+    """
+    with _open(path) as f:
+        yield TraceFileReader(f, os.fspath(path))
 
 
 def read_batches(path: PathLike, max_events: int = BATCH_EVENTS, *, slice_events: int | None = None

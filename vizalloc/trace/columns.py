@@ -16,7 +16,7 @@ are built as objects (``ColumnBatch.events``), and they are equal to what ``load
     >>> w = TraceFileWriter(f, TraceHeader.new())
     >>> w.write_events([ev.TensorNamed(1, 5, None, 7, "x"), ev.Marker(2, 6, None, "m")]); w.close()
     >>> _ = f.seek(0)
-    >>> batch = next(iter_columns(f))
+    >>> batch = next(iter_columns(TraceFileReader(f)))
     >>> batch.of(ev.TensorNamed).col("tensor_id").tolist(), batch.text(batch.of(ev.TensorNamed).col("name")[0])
     ([7], 'x')
     >>> batch.events() == [ev.TensorNamed(1, 5, None, 7, "x"), ev.Marker(2, 6, None, "m")]
@@ -29,7 +29,7 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +43,8 @@ from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
 from vizalloc.trace.schema import SCHEMA
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+#: event class by schema index
+SCHEMA_CLASSES = {s.index: cls for cls, s in SCHEMA.items()}
 
 
 @dataclass(slots=True)
@@ -144,6 +146,11 @@ class ColumnBatch:
                               if s not in (_S_INT, _S_STR, _S_ENUM, _S_BOOL, _S_FLOAT, _S_BYTES)})
         return kc
 
+    def seq_at(self, j: int) -> int:
+        """The seq of the batch's ``j``-th event."""
+        kc = self.by_kind[SCHEMA_CLASSES[int(self.kind_of[j])]]
+        return int(kc.seq[int(self.pos[j])])
+
     def text(self, string_id: int) -> str:
         """The string with this id (a ``str`` or enum field's value)."""
         return str(self.strings[int(string_id)])
@@ -205,18 +212,14 @@ class ColumnBatch:
         return cols
 
 
-def iter_columns(file: BinaryIO, name: str = "trace", max_events: int = BATCH_EVENTS,
-                 reader: TraceFileReader | None = None) -> Iterator[ColumnBatch]:
-    """Column batches of about ``max_events`` events (whole chunks) from an open trace file, in order.
-
-    Memory stays bounded by a batch. ``reader``: continue with this reader (it must be
-    the one over ``file``); its ``complete``, ``truncated_at`` and ``n_events`` say how
-    reading ended.
+def iter_columns(reader: TraceFileReader, max_events: int = BATCH_EVENTS) -> Iterator[ColumnBatch]:
+    """Column batches of about ``max_events`` events (whole chunks) from a trace file's reader, in
+    order; memory stays bounded by a batch. The reader's ``complete``, ``truncated_at`` and
+    ``n_events`` then say how reading ended (``warn_if_incomplete`` warns like ``load``).
 
     Raises:
-        TraceFormatError: the file is not a trace or is damaged (the message names the byte offset).
+        TraceFormatError: the file is damaged (the message names the byte offset).
     """
-    reader = reader if reader is not None else TraceFileReader(file, name)
     decoder = reader._decoder
     parts: list[ChunkParts] = []
     pending = 0
@@ -245,7 +248,12 @@ def _batch(reader: TraceFileReader, decoder: ChunkDecoder, parts: list[ChunkPart
 
 
 def read_columns(path: str | os.PathLike[str], max_events: int = BATCH_EVENTS) -> Iterator[ColumnBatch]:
-    """Column batches of a trace file (see ``iter_columns``); warns like ``load`` when the file ends early."""
+    """Column batches of a trace file (see ``iter_columns``); warns like ``load`` when the file ends early.
+
+    Raises:
+        TraceFormatError: the file is not a trace or is damaged.
+        UsageError: the file does not exist or cannot be read.
+    """
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError as exc:
@@ -254,5 +262,5 @@ def read_columns(path: str | os.PathLike[str], max_events: int = BATCH_EVENTS) -
         raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
     with f:
         reader = TraceFileReader(f, os.fspath(path))
-        yield from iter_columns(f, os.fspath(path), max_events, reader)
+        yield from iter_columns(reader, max_events)
         reader.warn_if_incomplete()

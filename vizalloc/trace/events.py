@@ -447,6 +447,24 @@ AnyEvent = Union[
 KINDS: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]
 
 
+#: The id each id-valued field holds, by field name (for tuples: every item). The same work
+#: done again (the next token of a decode loop) differs from the first time only in these ids,
+#: in ``seq`` and in the times (``TIME_FIELDS``); ``vizalloc.analysis.repeat`` relies on it. A
+#: field missing here is compared as a plain value, which is always safe.
+ID_FIELDS: dict[str, str] = {
+    "tensor_id": "tensor", "src_id": "tensor", "dst_id": "tensor", "copy_id": "tensor", "parent_id": "tensor",
+    "view_src": "tensor", "copy_of": "tensor", "srcs": "tensor", "nodes": "tensor", "leafs": "tensor",
+    "reads": "tensor", "inputs": "tensor",
+    "ctx_id": "context", "buffer_id": "buffer", "pool_id": "galloc", "galloc_id": "galloc",
+    "graph_id": "graph", "source_graph": "graph", "sched_graph_id": "graph",
+    "plan_id": "plan", "binding_id": "binding", "sched_id": "sched", "compute_id": "compute",
+}
+
+#: Payload fields that measure time: different every time the same work is done (``t_ns`` of
+#: every event too).
+TIME_FIELDS: frozenset[tuple[str, str]] = frozenset({("NodeCompute", "wall_ns"), ("ComputeEnd", "wall_ns")})
+
+
 def payload_fields(cls: type[Event]) -> tuple[str, ...]:
     """The names of a kind's own fields (after seq, t_ns, loc)."""
     return tuple(f.name for f in fields(cls))[3:]

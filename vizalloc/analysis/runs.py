@@ -1,0 +1,496 @@
+"""Repeated steps analysed once: the records of the skipped repetitions, made on demand.
+
+When the stream analysis (``stream.py``) has proven a repetition's steps independent
+(``observe.py``), it analyses the first two steps and the last one, and *counts* the ones
+in between: a ``Run``. Their tensors, placements, graphs, bindings and computes are the
+second step's, moved by the repetition's ``Shift`` k times for the k-th skipped step; they
+exist only as that template and are made when something asks for them:
+
+* a later step of the trace names one of them (``RunTable.materialize``: the records and
+  the analysis state of those objects go into the live containers, as if they had been
+  analysed);
+* a re-plan, scheduler reset or buffer free makes their placements stale
+  (``make_stale``, ``buffer_freed``: noted once per run, not per placement);
+* after the analysis, the model's containers show them (``VirtualMap``, ``VirtualList``,
+  ``VirtualIds``): ``len``, lookups and iteration in creation order, records made when read.
+
+Memory per run is one step's records; per skipped step, one ``int`` (its compute's time)
+and a ``None`` slot per placement in the model's placement list (placement numbers are
+positions in that list).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from vizalloc.analysis.records import (
+    NEVER, BindingInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, TensorInfo,
+)
+from vizalloc.analysis.repeat import Shift
+
+
+@dataclass
+class Template:
+    """The second analysed step of a repetition: its objects and their analysis state, as they
+    stood when the skipped steps began (so later changes to these objects do not leak into them)."""
+
+    tensors: dict[int, TensorInfo]
+    # per tensor: builder (current placement, alias, pool) and access pass (current placement,
+    # placed seq, last write, CPY destination) state; None where absent
+    state: dict[int, tuple[Any, ...]]
+    placements: list[Placement]          # in placement order
+    first_placement: int                 # number of the first one
+    graphs: dict[int, GraphInfo]
+    bindings: dict[int, BindingInfo]
+    computes: dict[int, ComputeInfo]
+    # buffer -> positions (in ``placements``) of the placements made in it, in order
+    by_buffer: dict[int, list[int]]
+    # galloc -> positions of the placements its bindings bound, in order
+    by_galloc: dict[int, list[int]]
+
+
+@dataclass
+class Run:
+    """``count`` skipped steps, the k-th (1-based) being ``template`` moved k times by ``shift``."""
+
+    shift: Shift
+    seq_move: int
+    template: Template
+    count: int
+    n_events: int                         # events per step
+    first_seq: int                        # seq of the template step's first event
+    placement_move: int                   # placements per step
+    wall_ns: np.ndarray                   # per skipped step: its compute's wall time (ComputeEnd order)
+    # where the skipped steps' objects go in each container's creation order: container -> position
+    insert_at: dict[str, int] = field(default_factory=dict)
+    # made on demand: (kind, id) -> the live record
+    made: dict[tuple[str, int], Any] = field(default_factory=dict)
+    # template placement position -> (stale seq, reason) set by a later re-plan / reset / free
+    stale: dict[int, tuple[int, str]] = field(default_factory=dict)
+    gallocs_bound: set[int] = field(default_factory=set)  # gallocs whose bound lists still hold them
+
+    # -- ids ------------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        tp = self.template
+        #: per id kind: (first template id, step move, template ids) when the template made such objects
+        self.ranges: dict[str, tuple[int, int, Any]] = {}
+        for kind, ids in (("tensor", tp.tensors), ("graph", tp.graphs), ("binding", tp.bindings),
+                          ("compute", tp.computes)):
+            rule = self.shift.ids.get(kind)
+            if rule is not None and ids:
+                self.ranges[kind] = (min(ids), rule[1], ids)
+
+    def span(self, kind: str) -> tuple[int, int] | None:
+        """``[first, end)``: the ids of ``kind`` the skipped steps' objects may have."""
+        r = self.ranges.get(kind)
+        if r is None:
+            return None
+        lo, move, _ = r
+        return lo + move, lo + move * (self.count + 1)
+
+    def instance(self, kind: str, value: int) -> tuple[int, int] | None:
+        """``(k, template id)`` when ``value`` is the id of an object of the k-th skipped step."""
+        r = self.ranges.get(kind)
+        if r is None:
+            return None
+        lo, move, ids = r
+        d = value - lo
+        if d < move:
+            return None
+        k, rest = divmod(d, move)
+        if k > self.count:
+            return None
+        t = lo + rest
+        return (k, t) if t in ids else None
+
+    def _template_ids(self, kind: str) -> Any:
+        tp = self.template
+        return {"tensor": tp.tensors, "graph": tp.graphs, "binding": tp.bindings, "compute": tp.computes}[kind]
+
+    def ids(self, kind: str) -> Iterator[int]:
+        """Ids of the skipped steps' objects of ``kind``, in creation order."""
+        r = self.ranges.get(kind)
+        if r is None:
+            return iter(())
+        move, ids = r[1], list(r[2])
+        return (t + move * k for k in range(1, self.count + 1) for t in ids)
+
+    def n(self, kind: str) -> int:
+        return self.count * len(self._template_ids(kind))
+
+    # -- moving values --------------------------------------------------------------------------
+    def id(self, kind: str, value: int, k: int) -> int:
+        return self.shift.id(kind, value, k)
+
+    def seq(self, value: int, k: int) -> int:
+        return value + self.seq_move * k if self.first_seq <= value < NEVER else value
+
+    def placement_no(self, value: int, k: int) -> int:
+        return value + self.placement_move * k if value >= self.template.first_placement else value
+
+    def tensor_info(self, t0: int, k: int) -> TensorInfo:
+        info = self.template.tensors[t0]
+        return replace(
+            info, tensor_id=self.id("tensor", info.tensor_id, k), ctx_id=self.id("context", info.ctx_id, k),
+            srcs=tuple(self.id("tensor", s, k) for s in info.srcs), view_src=self.id("tensor", info.view_src, k),
+            copy_of=self.id("tensor", info.copy_of, k), created_seq=self.seq(info.created_seq, k),
+            history=info.history, placements=[self.placement_no(i, k) for i in info.placements])
+
+    def placement(self, pos: int, k: int) -> Placement:
+        p = self.template.placements[pos]
+        stale_seq, stale_reason = p.stale_seq, p.stale_reason
+        if stale_seq == NEVER and p.end_seq == NEVER and pos in self.stale:
+            stale_seq, stale_reason = self.stale[pos]
+        elif stale_seq != NEVER:
+            stale_seq = self.seq(stale_seq, k)
+        return replace(
+            p, index=self.placement_no(p.index, k), tensor_id=self.id("tensor", p.tensor_id, k),
+            buffer_id=self.id("buffer", p.buffer_id, k), binding_id=self.id("binding", p.binding_id, k),
+            galloc_id=self.id("galloc", p.galloc_id, k), seq=self.seq(p.seq, k), end_seq=self.seq(p.end_seq, k),
+            stale_seq=stale_seq, stale_reason=stale_reason, alias=self.id("tensor", p.alias, k))
+
+    def _snapshot(self, g: GraphSnapshot | None, k: int) -> GraphSnapshot | None:
+        if g is None:
+            return None
+        nodes = [self.id("tensor", t, k) for t in g.nodes]
+        leafs = [self.id("tensor", t, k) for t in g.leafs]
+        return GraphSnapshot(self.id("graph", g.graph_id, k), nodes, len(nodes), leafs, len(leafs))
+
+    def graph(self, g0: int, k: int) -> GraphInfo:
+        g = self.template.graphs[g0]
+        return replace(g, graph_id=self.id("graph", g.graph_id, k), source_graph=self.id("graph", g.source_graph, k),
+                       created_seq=self.seq(g.created_seq, k), nodes=[self.id("tensor", t, k) for t in g.nodes],
+                       leafs=[self.id("tensor", t, k) for t in g.leafs],
+                       cleared_seqs=[self.seq(s, k) for s in g.cleared_seqs])
+
+    def binding(self, b0: int, k: int) -> BindingInfo:
+        b = self.template.bindings[b0]
+        return replace(b, binding_id=self.id("binding", b.binding_id, k), galloc_id=self.id("galloc", b.galloc_id, k),
+                       plan_id=self.id("plan", b.plan_id, k), graph_id=self.id("graph", b.graph_id, k),
+                       begin_seq=self.seq(b.begin_seq, k), graph=self._snapshot(b.graph, k),
+                       sched_id=self.id("sched", b.sched_id, k), end_seq=self.seq(b.end_seq, k),
+                       placements=[self.placement_no(i, k) for i in b.placements])
+
+    def compute(self, c0: int, k: int) -> ComputeInfo:
+        c = self.template.computes[c0]
+        order = list(self.template.computes).index(c0)
+        per = len(self.template.computes)
+        return replace(c, compute_id=self.id("compute", c.compute_id, k), graph_id=self.id("graph", c.graph_id, k),
+                       begin_seq=self.seq(c.begin_seq, k), graph=self._snapshot(c.graph, k),
+                       end_seq=self.seq(c.end_seq, k), wall_ns=int(self.wall_ns[(k - 1) * per + order]),
+                       nodes=c.nodes)
+
+    def record(self, kind: str, value: int) -> Any:
+        """The record of a skipped step's object (None when ``value`` is not one)."""
+        made = self.made.get((kind, value))
+        if made is not None:
+            return made
+        hit = self.instance(kind, value)
+        if hit is None:
+            return None
+        k, t0 = hit
+        return {"tensor": self.tensor_info, "graph": self.graph, "binding": self.binding,
+                "compute": self.compute}[kind](t0, k)
+
+
+class RunTable:
+    """Every run of the analysis; what the builder asks about skipped steps goes through here."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self._placement_starts: list[int] = []   # first skipped placement number of each run, ascending
+
+    def add(self, run: Run) -> None:
+        self.runs.append(run)
+        self._placement_starts.append(run.template.first_placement + run.placement_move)
+
+    def find(self, kind: str, value: int) -> tuple[Run, int, int] | None:
+        for run in self.runs:
+            hit = run.instance(kind, value)
+            if hit is not None:
+                return run, hit[0], hit[1]
+        return None
+
+    def candidates(self, kind: str, values: np.ndarray) -> list[int]:
+        """The values that fall in some run's id span of ``kind`` (the only ones that may name a
+        skipped step's object)."""
+        spans = [sp for sp in (run.span(kind) for run in self.runs) if sp is not None]
+        if not spans or not len(values):
+            return []
+        lo = np.array([a for a, _ in spans], dtype=np.int64)
+        hi = np.array([b for _, b in spans], dtype=np.int64)
+        order = np.argsort(lo)
+        lo, hi = lo[order], hi[order]
+        i = np.searchsorted(lo, values, side="right") - 1
+        inside = (i >= 0) & (values < hi[np.maximum(i, 0)])
+        # spans may overlap when ids do not grow steadily: fall back to every span then
+        if len(lo) > 1 and (lo[1:] < np.maximum.accumulate(hi)[:-1]).any():
+            inside = np.zeros(len(values), dtype=bool)
+            for a, b in spans:
+                inside |= (values >= a) & (values < b)
+        return values[inside].tolist()
+
+    def find_placement(self, index: int) -> tuple[Run, int, int] | None:
+        """(run, k, template position) of a skipped placement number."""
+        i = bisect.bisect_right(self._placement_starts, index) - 1
+        if i < 0:
+            return None
+        run = self.runs[i]
+        d = index - self._placement_starts[i]
+        if run.placement_move and 0 <= d < run.placement_move * run.count:
+            k, pos = divmod(d, run.placement_move)
+            return run, k + 1, pos
+        return None
+
+    # -- the builder's bulk operations --------------------------------------------------------
+    def make_stale(self, galloc_id: int, seq: int, reason: str, placements: list[Any]) -> None:
+        """A re-plan or reset of ``galloc_id``: the skipped placements its bindings bound go stale."""
+        for run in self.runs:
+            if galloc_id not in run.gallocs_bound:
+                continue
+            run.gallocs_bound.discard(galloc_id)
+            for pos in run.template.by_galloc.get(galloc_id, ()):
+                p0 = run.template.placements[pos]
+                if p0.end_seq == NEVER and p0.stale_seq == NEVER and pos not in run.stale:
+                    run.stale[pos] = (seq, reason)
+                self._made_placements(run, pos, placements, lambda p: (p.end_seq == NEVER and p.stale_seq == NEVER,
+                                                                      seq, reason))
+
+    def buffer_freed(self, buffer_id: int, seq: int, placements: list[Any]) -> None:
+        """A buffer was freed: skipped placements in it go stale ("freed") as in ``Builder._BufferFreed``."""
+        for run in self.runs:
+            for pos in run.template.by_buffer.get(buffer_id, ()):
+                p0 = run.template.placements[pos]
+                if p0.end_seq == NEVER and p0.stale_seq == NEVER and p0.galloc_id >= 0 and pos not in run.stale:
+                    run.stale[pos] = (seq, "freed")
+                self._made_placements(run, pos, placements, lambda p: (
+                    p.end_seq == NEVER and p.stale_seq == NEVER and p.galloc_id >= 0, seq, "freed"))
+
+    def _made_placements(self, run: Run, pos: int, placements: list[Any], rule: Any) -> None:
+        """Apply a staleness rule to the placements of template position ``pos`` already made."""
+        for k in range(1, run.count + 1):
+            idx = run.placement_no(run.template.placements[pos].index, k)
+            p = placements[idx]
+            if p is None:
+                continue
+            ok, seq, reason = rule(p)
+            if ok:
+                p.stale_seq, p.stale_reason = seq, reason
+
+
+def capture(tensors: Sequence[int], graphs: Sequence[int], bindings: Sequence[int], computes: Sequence[int],
+            first_placement: int, n_placements: int, model: Any, builder: Any, scan: Any) -> Template:
+    """Copy the template step's objects and their analysis state (right after it was analysed)."""
+    placements = [replace(model.placements[i]) for i in range(first_placement, first_placement + n_placements)]
+    by_buffer: dict[int, list[int]] = {}
+    for pos, p in enumerate(placements):
+        by_buffer.setdefault(p.buffer_id, []).append(pos)
+    by_galloc: dict[int, list[int]] = {}
+    for g, bound in builder.galloc_bound.items():
+        for idx in bound:
+            if idx >= first_placement:
+                by_galloc.setdefault(g, []).append(idx - first_placement)
+    infos: dict[int, TensorInfo] = {}
+    state: dict[int, tuple[Any, ...]] = {}
+    for t in tensors:
+        info = model.tensors[t]
+        infos[t] = replace(info, placements=list(info.placements))
+        cur = scan.cur.get(t)
+        state[t] = (builder.current.get(t), builder.alias_of.get(t), builder.pool_of.get(t),
+                    None if cur is None else cur.index, t in scan.fast, scan.placed_seq.get(t),
+                    scan.last_write.get(t), builder.cpy_dst.get(t))
+    gs = {g: replace(model.graphs[g], nodes=list(model.graphs[g].nodes), leafs=list(model.graphs[g].leafs),
+                     cleared_seqs=list(model.graphs[g].cleared_seqs)) for g in graphs}
+    bs = {b: replace(model.bindings[b], placements=list(model.bindings[b].placements), graph=_copy_snapshot(
+        model.bindings[b].graph)) for b in bindings}
+    cs = {c: replace(model.computes[c], graph=_copy_snapshot(model.computes[c].graph)) for c in computes}
+    return Template(infos, state, placements, first_placement, gs, bs, cs, by_buffer, by_galloc)
+
+
+def _copy_snapshot(g: GraphSnapshot | None) -> GraphSnapshot | None:
+    if g is None:
+        return None
+    return GraphSnapshot(g.graph_id, list(g.nodes), g.n_nodes, list(g.leafs), g.n_leafs)
+
+
+def materialize(table: RunTable, kind: str, value: int, model: Any, builder: Any, scan: Any) -> Any:
+    """Make a skipped step's object live (records and analysis state), once; returns its record
+    (None when ``value`` is no such object). Tensors bring their placements."""
+    hit = table.find(kind, value)
+    if hit is None:
+        return None
+    run, k, t0 = hit
+    made = run.made.get((kind, value))
+    if made is not None:
+        return made
+    if kind == "tensor":
+        info = run.tensor_info(t0, k)
+        run.made[(kind, value)] = info
+        model.tensors[value] = info
+        for idx in info.placements:
+            _make_placement(table, idx, model)
+        current, alias, pool, cur, fast, placed, last, cpy = run.template.state[t0]
+        if current is not None:
+            builder.current[value] = run.placement_no(current, k)
+        if alias is not None:
+            builder.alias_of[value] = run.id("tensor", alias, k)
+        if pool is not None:
+            builder.pool_of[value] = pool
+        if cpy is not None:
+            builder.cpy_dst[value] = run.id("tensor", cpy, k)
+        if cur is not None:
+            p = model.placements[run.placement_no(cur, k)]
+            scan.cur[value] = p
+            if fast:
+                from vizalloc.analysis.bytemap import ByteMap
+
+                pm = scan.maps.get(p.buffer_id)
+                if pm is None:
+                    pm = scan.maps[p.buffer_id] = ByteMap()
+                scan.fast[value] = (p.buffer_id, p.offset, p.offset + p.nbytes, p.alias, pm, p)
+        if placed is not None:
+            scan.placed_seq[value] = run.seq(placed, k)
+        if last is not None:
+            scan.last_write[value] = run.seq(last, k)
+        return info
+    record = run.record(kind, value)
+    run.made[(kind, value)] = record
+    getattr(model, {"graph": "graphs", "binding": "bindings", "compute": "computes"}[kind])[value] = record
+    return record
+
+
+def _make_placement(table: RunTable, idx: int, model: Any) -> None:
+    if model.placements[idx] is not None:
+        return
+    hit = table.find_placement(idx)
+    if hit is None:
+        return
+    run, k, pos = hit
+    model.placements[idx] = run.placement(pos, k)
+
+
+# -- the model's containers, skipped steps included -------------------------------------------
+
+class VirtualMap:
+    """A model dict (``tensors``, ``graphs``, ``bindings``, ``computes``) with the skipped steps'
+    objects in it, in creation order; their records are made when read."""
+
+    def __init__(self, live: dict[int, Any], runs: list[Run], kind: str, container: str) -> None:
+        self.live = live
+        self.kind = kind
+        self.runs = [r for r in runs if r.n(kind)]
+        self.container = container
+        self.made = {key[1] for r in self.runs for key in r.made if key[0] == kind}
+
+    def get(self, k: int, default: Any = None) -> Any:
+        v = self.live.get(k)
+        if v is not None:
+            return v
+        for run in self.runs:
+            v = run.record(self.kind, k)
+            if v is not None:
+                return v
+        return default
+
+    def __getitem__(self, k: int) -> Any:
+        v = self.get(k)
+        if v is None:
+            raise KeyError(k)
+        return v
+
+    def __contains__(self, k: object) -> bool:
+        return isinstance(k, int) and self.get(k) is not None
+
+    def __len__(self) -> int:
+        return len(self.live) - len(self.made) + sum(r.n(self.kind) for r in self.runs)
+
+    def keys(self) -> Iterator[int]:
+        return iter(self)
+
+    def __iter__(self) -> Iterator[int]:
+        inserts = sorted(((r.insert_at.get(self.container, 0), i) for i, r in enumerate(self.runs)))
+        j = 0
+        pos = 0
+        for key in self.live:
+            while j < len(inserts) and inserts[j][0] <= pos:
+                yield from self.runs[inserts[j][1]].ids(self.kind)
+                j += 1
+            pos += 1
+            if key not in self.made:
+                yield key
+        for _, i in inserts[j:]:
+            yield from self.runs[i].ids(self.kind)
+
+    def values(self) -> Iterator[Any]:
+        return (self[k] for k in self)
+
+    def items(self) -> Iterator[tuple[int, Any]]:
+        return ((k, self[k]) for k in self)
+
+
+class VirtualList:
+    """The model's placement list with the skipped steps' placements made when read."""
+
+    def __init__(self, live: list[Any], table: RunTable) -> None:
+        self.live = live
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def __getitem__(self, i: int) -> Any:
+        v = self.live[i]
+        if v is None:
+            hit = self.table.find_placement(i if i >= 0 else len(self.live) + i)
+            if hit is None:
+                raise IndexError(i)
+            run, k, pos = hit
+            return run.placement(pos, k)
+        return v
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self.live)):
+            yield self[i]
+
+
+class VirtualIds(list):  # type: ignore[type-arg]
+    """A buffer's placement numbers with the skipped steps' ones in place (``BufferInfo.placements``)."""
+
+    def __init__(self, live: list[int], extra: list[tuple[int, Run, list[int]]]) -> None:
+        super().__init__(live)
+        # (position in ``live`` where the run's placements go, run, template positions in this buffer)
+        self.extra = sorted(extra, key=lambda x: x[0])
+
+    def _all(self) -> Iterator[int]:
+        live = list.__iter__(self)
+        n_live = list.__len__(self)
+        j = 0
+        for pos in range(n_live + 1):
+            while j < len(self.extra) and self.extra[j][0] <= pos:
+                _, run, positions = self.extra[j]
+                for k in range(1, run.count + 1):
+                    for p in positions:
+                        yield run.placement_no(run.template.placements[p].index, k)
+                j += 1
+            if pos < n_live:
+                yield next(live)
+
+    def __iter__(self) -> Iterator[int]:
+        return self._all()
+
+    def __len__(self) -> int:
+        return list.__len__(self) + sum(run.count * len(p) for _, run, p in self.extra)
+
+    def __getitem__(self, i: Any) -> Any:
+        return list(self._all())[i]
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+__all__ = ["Run", "RunTable", "Template", "VirtualIds", "VirtualList", "VirtualMap", "capture", "materialize"]

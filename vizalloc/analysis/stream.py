@@ -1,0 +1,438 @@
+"""The analysis of a trace as a stream: model and hazards in one pass, batch by batch.
+
+``build_model`` + ``find_hazards`` need every event in memory (a few hundred bytes each);
+a real run's trace has tens of millions. Here the events come in batches, each batch goes
+through the model builder (which keeps no event: ``build.Builder(keep_events=False)``),
+then through the access pass; a binding is checked once every binding begun before it has
+ended; re-plans are counted as they come. What stays in memory is the model's records and
+the findings, never the events. The hazards are those ``find_hazards`` reports on the same
+trace (``tests/analysis/test_stream.py`` compares both over the traces the tests build).
+
+Fed column batches (``feed_columns``: ``vizalloc.trace.columns``), it also skips
+repetition: the same step done again and again (``repeat.py`` finds them in the columns).
+The first two steps of a repetition are analysed while every read of the state they make
+is noted (``observe.py``); when the second read exactly what the first read, nothing a
+step saw came from the step before, so every repetition would see the same and find the
+same: the steps in between are counted instead of analysed (``runs.py`` makes their records
+when asked), and the last one is analysed again, its reads checked against the second's.
+Analysis time and memory per repeated step are then a few numbers, not its events.
+
+    >>> from vizalloc.analysis.stream import analyse_events
+    >>> model, hazards = analyse_events([[]])
+    >>> model.n_events, hazards
+    (0, [])
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from vizalloc.analysis import runs as runs_mod
+from vizalloc.analysis.build import Builder
+from vizalloc.analysis.dynamic import AccessScan
+from vizalloc.analysis.hazards import Collector, Hazard
+from vizalloc.analysis.model import TraceModel, gc_paused
+from vizalloc.analysis.observe import ByteMapView, DictView, ListView, Observation, SetView
+from vizalloc.analysis.records import BindingInfo
+from vizalloc.analysis.repeat import Repetition, Shift, cut_steps, repetitions
+from vizalloc.analysis.static import BindingChecks, ReplanChecks
+from vizalloc.errors import VizallocError
+from vizalloc.trace import events as ev
+from vizalloc.trace.columns import ColumnBatch
+from vizalloc.trace.schema import SCHEMA
+
+#: Kinds a skipped step may hold: their analysis reads and writes single entries only (no
+#: re-plan, reset or free that walks every placement, no list that grows per event).
+REPEATABLE = frozenset(SCHEMA[c].index for c in (
+    ev.ContextCreated, ev.ContextFreed, ev.TensorCreated, ev.TensorNamed, ev.TensorFlagsSet, ev.TensorSrcSet,
+    ev.TensorPlaced, ev.TensorCleared, ev.GraphCreated, ev.GraphExpanded, ev.BindingBegin, ev.BindingEnd,
+    ev.ComputeBegin, ev.NodeCompute, ev.ComputeEnd, ev.TensorSet, ev.TensorGet))
+
+#: id kind of the keys of each observed container
+_KEY_KIND = {
+    "tensors": "tensor", "current": "tensor", "alias_of": "tensor", "pool_of": "tensor", "cpy_dst": "tensor",
+    "cur": "tensor", "placed_seq": "tensor", "last_write": "tensor", "fast": "tensor", "input_copies": "tensor",
+    "buffers": "buffer", "maps": "buffer", "freed": "buffer", "freed_loc": "buffer", "graphs": "graph",
+    "plans": "plan", "bindings": "binding", "computes": "compute", "contexts": "context", "scheds": "sched",
+    "galloc_bound": "galloc", "galloc_sched": "galloc", "pending_replans": "galloc",
+}
+#: containers a repeated step may add to (its own objects), with what the step makes of them
+_GROWING = frozenset({"tensors", "placements", "graphs", "bindings", "computes", "contexts", "current", "alias_of",
+                      "pool_of", "cpy_dst", "cur", "placed_seq", "last_write", "fast", "galloc_bound",
+                      "buffer_placements", "replan_bindings", "checked"})
+#: steps of a repetition tried as its first two before giving up on skipping it
+_ATTEMPTS = 4
+#: events analysed at a time outside repetitions (made into objects, then dropped)
+LITERAL_EVENTS = 1 << 16
+#: events per column batch: every batch starts repetitions anew (their first steps are analysed
+#: and observed), so batches are big; their columns take ~100 bytes per event while read
+COLUMN_BATCH_EVENTS = 1 << 20
+
+
+class RepetitionError(VizallocError):
+    """A skipped repetition turned out not to repeat (a bug in vizalloc: rerun with ``repeat=False``)."""
+
+
+class StreamAnalysis:
+    """Feed it the events of a trace in order (``feed`` events, or ``feed_columns``), then
+    ``finish`` for the hazards. ``repeat=False``: analyse every step, even repeated ones."""
+
+    def __init__(self, *, repeat: bool = True) -> None:
+        self.builder = Builder([], keep_events=False)
+        self.model: TraceModel = self.builder.m
+        self.col = Collector()
+        self.scan = AccessScan(self.model, self.col, self.builder.cpy_dst)
+        self.bindings = BindingChecks(self.model, self.col)
+        self.replans = ReplanChecks(self.model, self.col)
+        # bindings begun and not ended, and ended ones waiting for them: the binding checks
+        # run in begin order, as find_hazards runs them
+        self._open: dict[int, int] = {}
+        self._ended: list[tuple[int, int, BindingInfo]] = []
+        self._checked: set[int] = set()
+        self.repeat = repeat
+        self.runs = runs_mod.RunTable()
+        self.builder.runs = self.runs
+        #: steps skipped (counted, not analysed) and steps analysed while observed
+        self.n_skipped_steps = 0
+        self.n_observed_steps = 0
+
+    # -- events ------------------------------------------------------------------------------
+    def feed(self, events: Sequence[ev.Event]) -> None:
+        """The next events of the trace."""
+        builder = self.builder
+        builder.feed(list(events) if not isinstance(events, list) else events)
+        self.scan.feed(events)
+        log = builder.log
+        if log:
+            builder.log = []
+            self._drain(log)
+
+    def _drain(self, log: list[tuple[str, Any]]) -> None:
+        replans = self.replans
+        for what, x in log:
+            if what == "replan":
+                replans.replan(x)
+            elif what == "plan":
+                replans.plan(x.galloc_id)
+            elif what == "binding":
+                replans.binding(x.galloc_id, x.binding_id, x.begin_seq)
+                self._open[id(x)] = x.begin_seq
+            else:  # "bound"
+                if self._open.pop(id(x), None) is not None:
+                    heapq.heappush(self._ended, (x.begin_seq, x.binding_id, x))
+        self._check_ended(min(self._open.values(), default=None))
+
+    def _check_ended(self, before: int | None) -> None:
+        """Check the ended bindings that begun before ``before`` (None: all), in begin order."""
+        ended = self._ended
+        model = self.model
+        while ended and (before is None or ended[0][0] < before):
+            _, binding_id, b = heapq.heappop(ended)
+            # a binding id used twice: find_hazards sees only the last binding of that id
+            if model.bindings.get(binding_id) is b and binding_id not in self._checked:
+                self._checked.add(binding_id)
+                self.bindings.check(b)
+
+    # -- columns -------------------------------------------------------------------------------
+    def feed_columns(self, batch: ColumnBatch) -> None:
+        """The next events of the trace, as a column batch: repeated steps are counted, not analysed."""
+        if not self.repeat:
+            self.feed(batch.events())
+            return
+        steps = cut_steps(batch)
+        pos = 0
+        for rep in repetitions(batch, steps, min_steps=4):
+            lo = steps[rep.first][0]
+            if lo > pos:
+                self._literal(batch, pos, lo)
+            pos = self._repetition(batch, steps, rep)
+        if pos < batch.n:
+            self._literal(batch, pos, batch.n)
+
+    def _literal(self, batch: ColumnBatch, lo: int, hi: int) -> None:
+        # in pieces: a big batch of events that do not repeat must not become objects all at once
+        for a in range(lo, hi, LITERAL_EVENTS):
+            z = min(a + LITERAL_EVENTS, hi)
+            if self.runs.runs:
+                self._materialize_refs(batch, a, z)
+            self.feed(batch.events(a, z))
+
+    def _repetition(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition) -> int:
+        """Analyse (or skip) a repetition's steps; returns the batch position after it."""
+        shift = rep.shift
+        lo0, hi0 = steps[rep.first]
+        end = steps[rep.last][1]
+        if not set(np.unique(batch.kind_of[lo0:hi0]).tolist()) <= REPEATABLE:
+            self._literal(batch, lo0, end)
+            return end
+        prev: tuple[Observation, dict[str, int]] | None = None
+        i = rep.first
+        attempts = 0
+        # step i is observed; it needs a step before it observed alike, and after it at least
+        # one step to skip and a last one to analyse
+        while rep.last - i >= 2 and attempts < _ATTEMPTS:
+            lo, hi = steps[i]
+            if self._open or self._ended:  # a binding check waits: steps are not independent
+                self._literal(batch, lo, hi)
+                prev = None
+                i += 1
+                continue
+            if self.runs.runs:
+                self._materialize_refs(batch, lo, hi)
+            seen = self._observed(batch, lo, hi)
+            attempts += 1
+            if seen is not None and prev is not None and _independent(prev, seen, shift):
+                self._skip(batch, steps, i, rep, seen)
+                return end
+            prev = seen
+            i += 1
+        self._literal(batch, steps[i][0], end)
+        return end
+
+    def _observed(self, batch: ColumnBatch, lo: int, hi: int) -> tuple[Observation, dict[str, int]] | None:
+        """Analyse events ``lo..hi`` while noting what they read; None when they found something
+        (a step that finds a hazard is never skipped: its findings would have to be repeated)."""
+        obs = Observation()
+        b, m, s = self.builder, self.model, self.scan
+        for name in ("open_sched",):
+            obs.log.append(("builder", name, getattr(b, name)))
+        obs.log.append(("builder", "open_plan", None if b.open_plan is None else b.open_plan.plan_id))
+        obs.log.append(("builder", "open_compute", None if b.open_compute is None else b.open_compute.compute_id))
+        saved_model = {n: getattr(m, n) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
+                                                  "computes", "contexts", "scheds", "input_copies")}
+        saved_builder = {n: getattr(b, n) for n in ("current", "alias_of", "pool_of", "galloc_bound", "galloc_sched",
+                                                    "pending_replans", "cpy_dst")}
+        saved_scan = {n: getattr(s, n) for n in ("cur", "placed_seq", "last_write", "maps", "freed", "freed_loc",
+                                                 "fast", "cpy_dst")}
+        before = self._sizes()
+        findings = self.col.n_findings
+
+        def fast_value(t: int, v: Any) -> Any:
+            return (v[0], v[1], v[2], v[3], ByteMapView(v[4], v[0], obs), v[5])
+
+        for n, d in saved_model.items():
+            if n == "placements":
+                setattr(m, n, ListView(d, n, obs))
+            elif n == "input_copies":
+                setattr(m, n, SetView(d, n, obs))
+            else:
+                setattr(m, n, DictView(d, n, obs))
+        cpy = DictView(saved_builder["cpy_dst"], "cpy_dst", obs)
+        for n, d in saved_builder.items():
+            setattr(b, n, cpy if n == "cpy_dst" else DictView(d, n, obs))
+        for n, d in saved_scan.items():
+            if n == "cpy_dst":
+                setattr(s, n, cpy)
+            elif n == "maps":
+                setattr(s, n, DictView(d, n, obs, lambda buf, bm: ByteMapView(bm, buf, obs)))
+            elif n == "fast":
+                setattr(s, n, DictView(d, n, obs, fast_value))
+            else:
+                setattr(s, n, DictView(d, n, obs))
+        try:
+            self.feed(batch.events(lo, hi))
+        finally:
+            for n, d in saved_model.items():
+                setattr(m, n, d)
+            for n, d in saved_builder.items():
+                setattr(b, n, d)
+            for n, d in saved_scan.items():
+                setattr(s, n, d)
+        self.n_observed_steps += 1
+        if self.col.n_findings != findings:
+            return None
+        after = self._sizes()
+        return obs, {k: after[k] - before[k] for k in after}
+
+    def _sizes(self) -> dict[str, int]:
+        m, b, s = self.model, self.builder, self.scan
+        out = {n: len(getattr(m, n)) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
+                                               "computes", "contexts", "scheds", "input_copies", "replans",
+                                               "copies", "snapshots", "markers")}
+        out.update({n: len(getattr(b, n)) for n in ("current", "alias_of", "pool_of", "galloc_sched",
+                                                    "pending_replans", "cpy_dst")})
+        out["galloc_bound"] = sum(len(x) for x in b.galloc_bound.values()) + len(b.galloc_bound)
+        out.update({n: len(getattr(s, n)) for n in ("cur", "placed_seq", "last_write", "maps", "freed", "fast")})
+        out["buffer_placements"] = sum(len(x.placements) for x in m.buffers.values())
+        out["found"] = len(self.col.found) + len(self.col.predicted)
+        out["replan_bindings"] = sum(e[0] for e in self.replans.bindings.values())
+        out["replan_state"] = len(self.replans.planned) + len(self.replans.waiting) + len(self.replans.per_galloc)
+        out["checked"] = len(self._checked)
+        out["open"] = len(self._open) + len(self._ended)
+        return out
+
+    def _skip(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], i: int, rep: Repetition,
+              seen: tuple[Observation, dict[str, int]]) -> None:
+        """Steps ``i - 1`` and ``i`` were analysed and read the same: count steps ``i + 1 ..
+        rep.last - 1``, analyse the last one (observed, and checked against step ``i``)."""
+        m, b, s = self.model, self.builder, self.scan
+        lo, hi = steps[i]
+        shift = rep.shift
+        count = rep.last - i - 1
+        created = _created(batch, lo, hi)
+        growth = seen[1]
+        first_placement = len(m.placements) - growth["placements"]
+        template = runs_mod.capture(created["tensor"], created["graph"], created["binding"], created["compute"],
+                                    first_placement, growth["placements"], m, b, s)
+        n_events = hi - lo
+        skip_lo, skip_hi = steps[i + 1][0], steps[rep.last][0]
+        ce = batch.of(ev.ComputeEnd)
+        a, z = np.searchsorted(ce.index, [skip_lo, skip_hi]).tolist()
+        run = runs_mod.Run(shift, shift.seq, template, count, n_events, batch.seq_at(lo), growth["placements"],
+                           ce.col("wall_ns")[a:z].copy())
+        run.insert_at = {"tensors": len(m.tensors), "graphs": len(m.graphs), "bindings": len(m.bindings),
+                         "computes": len(m.computes)}
+        for buf in template.by_buffer:
+            run.insert_at[f"buffer{buf}"] = len(m.buffers[buf].placements)
+        run.gallocs_bound = set(template.by_galloc)
+        self.runs.add(run)
+        # what the skipped steps add to counters and lists that only grow
+        n_placements = count * growth["placements"]
+        m.placements.extend([None] * n_placements)
+        s.next_placement += n_placements
+        m.n_streamed += count * n_events
+        per_galloc: dict[int, int] = {}
+        for bi in template.bindings.values():
+            per_galloc[bi.galloc_id] = per_galloc.get(bi.galloc_id, 0) + 1
+        for g, n in per_galloc.items():
+            self.replans.bindings[g][0] += n * count
+        self.n_skipped_steps += count
+        # the last step: analysed, and it must read what step i read
+        last_lo, last_hi = steps[rep.last]
+        checked = self._observed(batch, last_lo, last_hi)
+        if checked is None or not _independent(seen, checked, _times(shift, count + 1)):
+            raise RepetitionError(
+                f"the repetition of {rep.n_steps} steps from seq {batch.seq_at(steps[rep.first][0])} did not "
+                "repeat: its last step read other state than the ones before it; analyse the trace without "
+                "skipping repetitions (repeat=False) and report this")
+
+    def _materialize_refs(self, batch: ColumnBatch, lo: int, hi: int) -> None:
+        """Make live the skipped steps' objects that events ``lo..hi`` name (and what those name)."""
+        wanted: dict[str, set[int]] = {"tensor": set(), "graph": set(), "binding": set(), "compute": set()}
+        for kc in batch.by_kind.values():
+            a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
+            if a == z:
+                continue
+            for fname in kc.plan.schema.fields:
+                kind = ev.ID_FIELDS.get(fname)
+                if kind not in wanted:
+                    continue
+                items = kc.items.get(fname)
+                if items is not None:
+                    starts, values = items
+                    vals = values[int(starts[a]):int(starts[z])]
+                else:
+                    vals = kc.cols[fname][a:z]
+                if len(vals):
+                    wanted[kind].update(self.runs.candidates(kind, np.unique(vals)))
+        todo = [(k, v) for k, vs in wanted.items() for v in vs]
+        if not todo:
+            return
+        done: set[tuple[str, int]] = set()
+        while todo:
+            kind, v = todo.pop()
+            if (kind, v) in done or v < 0:
+                continue
+            done.add((kind, v))
+            rec = runs_mod.materialize(self.runs, kind, v, self.model, self.builder, self.scan)
+            if rec is None:
+                continue
+            if kind == "tensor":
+                todo += [("tensor", x) for x in (*rec.srcs, rec.view_src, rec.copy_of)]
+            elif kind in ("graph", "binding", "compute"):
+                g = rec if kind == "graph" else rec.graph
+                if g is not None:
+                    todo += [("tensor", x) for x in (*g.nodes, *g.leafs)]
+                if kind == "binding":
+                    todo.append(("graph", rec.graph_id))
+                elif kind == "compute":
+                    todo.append(("graph", rec.graph_id))
+
+    # -- the end -------------------------------------------------------------------------------
+    def finish(self) -> list[Hazard]:
+        """The hazards, sorted as ``find_hazards`` sorts them; the model shows skipped steps' objects."""
+        self._open.clear()
+        self._check_ended(None)
+        self.replans.finish()
+        hazards = self.col.hazards()
+        hazards.sort(key=Hazard.sort_key)
+        if self.runs.runs:
+            self._show_runs()
+        return hazards
+
+    def _show_runs(self) -> None:
+        m = self.model
+        runs = self.runs.runs
+        m.tensors = runs_mod.VirtualMap(m.tensors, runs, "tensor", "tensors")  # type: ignore[assignment]
+        m.graphs = runs_mod.VirtualMap(m.graphs, runs, "graph", "graphs")  # type: ignore[assignment]
+        m.bindings = runs_mod.VirtualMap(m.bindings, runs, "binding", "bindings")  # type: ignore[assignment]
+        m.computes = runs_mod.VirtualMap(m.computes, runs, "compute", "computes")  # type: ignore[assignment]
+        m.placements = runs_mod.VirtualList(m.placements, self.runs)  # type: ignore[assignment]
+        for buf_id, buf in m.buffers.items():
+            extra = [(run.insert_at[f"buffer{buf_id}"], run, run.template.by_buffer[buf_id]) for run in runs
+                     if buf_id in run.template.by_buffer]
+            if extra:
+                buf.placements = runs_mod.VirtualIds(buf.placements, extra)
+
+
+def _created(batch: ColumnBatch, lo: int, hi: int) -> dict[str, list[int]]:
+    """Ids of the objects events ``lo..hi`` create, by kind, in order."""
+    out: dict[str, list[int]] = {}
+    for kind, cls, fname in (("tensor", ev.TensorCreated, "tensor_id"), ("graph", ev.GraphCreated, "graph_id"),
+                             ("binding", ev.BindingBegin, "binding_id"), ("compute", ev.ComputeBegin, "compute_id")):
+        kc = batch.of(cls)
+        a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
+        out[kind] = list(dict.fromkeys(kc.col(fname)[a:z].tolist()))
+    return out
+
+
+def _times(shift: Shift, k: int) -> Shift:
+    return Shift({kind: (lo, move * k) for kind, (lo, move) in shift.ids.items()}, shift.seq * k)
+
+
+def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observation, dict[str, int]],
+                 shift: Shift) -> bool:
+    """Whether the second step read nothing the first did not read, with the same value (keys of
+    the second step's own objects moved back by ``shift``), and grew the same containers alike."""
+    (obs1, grew1), (obs2, grew2) = first, second
+    if grew1 != grew2:
+        return False
+    if any(n not in _GROWING for n, d in grew2.items() if d):
+        return False
+    seen: dict[tuple[str, Any], set[Any]] = {}
+    for name, key, value in obs1.log:
+        seen.setdefault((name, key), set()).add(value)
+    for name, key, value in obs2.log:
+        kind = _KEY_KIND.get(name)
+        if kind is not None and isinstance(key, int):
+            rule = shift.ids.get(kind)
+            if rule is not None and key - rule[1] >= rule[0]:
+                key = key - rule[1]
+        elif name == "placements":
+            key = key  # placement numbers from before the step: the same entry both times
+        values = seen.get((name, key))
+        if values is None or value not in values:
+            return False
+    return True
+
+
+def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, list[Hazard]]:
+    """The model (keeping no events) and the hazards of a trace given as batches of events."""
+    stream = StreamAnalysis()
+    with gc_paused():
+        for events in batches:
+            stream.feed(events)
+        return stream.model, stream.finish()
+
+
+def analyse_columns(batches: Iterable[ColumnBatch], *, repeat: bool = True) -> tuple[TraceModel, list[Hazard]]:
+    """The same from column batches, repeated steps skipped (``repeat=False``: analysed)."""
+    stream = StreamAnalysis(repeat=repeat)
+    with gc_paused():
+        for batch in batches:
+            stream.feed_columns(batch)
+        return stream.model, stream.finish()
