@@ -48,9 +48,11 @@ class Builder:
         #: CPY node -> the source that is its destination (``dynamic.cpy_destinations``), kept
         #: up to date while streaming
         self.cpy_dst: dict[int, int] = {}
-        #: while streaming, what the hazard checks wait for, in event order: ("replan", Replan),
-        #: ("plan", PlanInfo), ("binding", BindingInfo) at its begin, ("bound", BindingInfo) at its end
-        self.log: list[tuple[str, Any]] = []
+        #: while streaming, who is told of re-plans, plans, bindings begun and ended and tensors
+        #: changed, as they happen (``stream.StreamAnalysis``: the hazard checks)
+        self.hooks: Any = None
+        #: tensors whose name, flags, sources or re-creation the hooks must hear of (``hooks.changed``)
+        self.watch: set[int] = set()
         #: the stream analysis' skipped steps (``runs.RunTable``): their placements go stale too
         self.runs: Any = None
         self.current: dict[int, int] = {}          # tensor -> current placement index
@@ -109,6 +111,7 @@ class Builder:
         galloc_bound = self.galloc_bound
         keep = self.keep
         history_of = list if keep else _no_history
+        watch = self.watch
         cpy_dst = self.cpy_dst
         for i in range(lo, hi):
             e = events[i]
@@ -129,6 +132,8 @@ class Builder:
                 continue
             if cls is tensor_named:
                 info = tget(e.tensor_id)  # type: ignore[attr-defined]
+                if watch and e.tensor_id in watch:  # type: ignore[attr-defined]
+                    self.hooks.changed(e.tensor_id)  # type: ignore[attr-defined]
                 if info is not None:
                     info.name = e.name  # type: ignore[attr-defined]
                     info.history.append(i)
@@ -147,6 +152,8 @@ class Builder:
                 else:
                     nbytes = nbytes_of(dtype, ne, nb)
                 t = e.tensor_id  # type: ignore[attr-defined]
+                if watch and t in watch:
+                    self.hooks.changed(t)
                 tensors[t] = TensorInfo(
                     t, e.ctx_id, e.name, dtype, ne, nb, e.op, e.op_params,  # type: ignore[attr-defined]
                     e.srcs, e.view_src, e.view_offs, e.flags, e.copy_of, nbytes,  # type: ignore[attr-defined]
@@ -251,12 +258,16 @@ class Builder:
             info.history.append(self.i)
 
     def _TensorFlagsSet(self, e: ev.TensorFlagsSet) -> None:
+        if e.tensor_id in self.watch:
+            self.hooks.changed(e.tensor_id)
         info = self.m.tensors.get(e.tensor_id)
         if info is not None:
             info.flags = e.flags
             info.history.append(self.i)
 
     def _TensorSrcSet(self, e: ev.TensorSrcSet) -> None:
+        if e.tensor_id in self.watch:
+            self.hooks.changed(e.tensor_id)
         info = self.m.tensors.get(e.tensor_id)
         if info is not None:
             srcs = list(info.srcs)
@@ -331,8 +342,8 @@ class Builder:
 
     # -- planning and binding ---------------------------------------------------------
     def _Replan(self, e: ev.Replan) -> None:
-        if not self.keep:
-            self.log.append(("replan", e))
+        if self.hooks is not None:
+            self.hooks.replan(e)
         self.m.replans.append(e)
         self.pending_replans.setdefault(e.galloc_id, []).append(e)
 
@@ -345,8 +356,8 @@ class Builder:
         plan.replans = self.pending_replans.pop(e.galloc_id, [])
         self.m.plans[e.plan_id] = plan
         self.open_plan = plan
-        if not self.keep:
-            self.log.append(("plan", plan))
+        if self.hooks is not None:
+            self.hooks.plan(plan)
 
     def _decision(self, e: Any) -> None:
         plan = self.open_plan
@@ -370,16 +381,16 @@ class Builder:
         b = BindingInfo(e.binding_id, e.galloc_id, e.plan_id, e.graph_id, e.seq, e.loc, self._snapshot(e.graph_id),
                         self.galloc_sched.get(e.galloc_id, -1))
         self.m.bindings[e.binding_id] = b
-        if not self.keep:
-            self.log.append(("binding", b))
+        if self.hooks is not None:
+            self.hooks.binding(b)
 
     def _BindingEnd(self, e: ev.BindingEnd) -> None:
         b = self.m.bindings.get(e.binding_id)
         if b is not None:
             b.end_seq = e.seq
             b.ok = e.ok
-            if not self.keep:
-                self.log.append(("bound", b))
+            if self.hooks is not None:
+                self.hooks.bound(b)
 
     # -- scheduler ----------------------------------------------------------------------
     def _sched(self, sched_id: int) -> SchedInfo:

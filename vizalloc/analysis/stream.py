@@ -96,6 +96,8 @@ class StreamAnalysis:
         self.repeat = repeat
         self.runs = runs_mod.RunTable()
         self.builder.runs = self.runs
+        self.builder.hooks = self
+        self.builder.watch = self.bindings.sigs.watch
         #: steps skipped (counted, not analysed) and steps analysed while observed
         self.n_skipped_steps = 0
         self.n_observed_steps = 0
@@ -103,28 +105,28 @@ class StreamAnalysis:
     # -- events ------------------------------------------------------------------------------
     def feed(self, events: Sequence[ev.Event]) -> None:
         """The next events of the trace."""
-        builder = self.builder
-        builder.feed(list(events) if not isinstance(events, list) else events)
+        self.builder.feed(list(events) if not isinstance(events, list) else events)
         self.scan.feed(events)
-        log = builder.log
-        if log:
-            builder.log = []
-            self._drain(log)
 
-    def _drain(self, log: list[tuple[str, Any]]) -> None:
-        replans = self.replans
-        for what, x in log:
-            if what == "replan":
-                replans.replan(x)
-            elif what == "plan":
-                replans.plan(x.galloc_id)
-            elif what == "binding":
-                replans.binding(x.galloc_id, x.binding_id, x.begin_seq)
-                self._open[id(x)] = x.begin_seq
-            else:  # "bound"
-                if self._open.pop(id(x), None) is not None:
-                    heapq.heappush(self._ended, (x.begin_seq, x.binding_id, x))
-        self._check_ended(min(self._open.values(), default=None))
+    # the builder tells these as it meets the events (``Builder.hooks``): a binding is checked
+    # right at its end, with its tensors as they are then
+    def replan(self, e: ev.Replan) -> None:
+        self.replans.replan(e)
+
+    def plan(self, p: Any) -> None:
+        self.replans.plan(p.galloc_id)
+
+    def binding(self, b: BindingInfo) -> None:
+        self.replans.binding(b.galloc_id, b.binding_id, b.begin_seq)
+        self._open[id(b)] = b.begin_seq
+
+    def bound(self, b: BindingInfo) -> None:
+        if self._open.pop(id(b), None) is not None:
+            heapq.heappush(self._ended, (b.begin_seq, b.binding_id, b))
+            self._check_ended(min(self._open.values(), default=None))
+
+    def changed(self, tensor_id: int) -> None:
+        self.bindings.sigs.forget(tensor_id)
 
     def _check_ended(self, before: int | None) -> None:
         """Check the ended bindings that begun before ``before`` (None: all), in begin order."""

@@ -1,0 +1,132 @@
+"""Decode loops recorded with the real runtime: the same small graph built, bound with one plan and
+computed token after token, then something that touches what the loop left behind. The stream
+analysis skips most of the tokens; these traces check that what it then reports is what the
+object path reports.
+
+    >>> events = record("plain", tokens=6)
+    >>> sum(type(e).__name__ == "ComputeEnd" for e in events)
+    7
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vizalloc.runtime import ops
+from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.backends import CPUBackend, graph_compute
+from vizalloc.runtime.buffer import BufferType
+from vizalloc.runtime.context import Context
+from vizalloc.runtime.dtype import F32
+from vizalloc.runtime.graph import Graph
+from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_get, tensor_set
+from vizalloc.runtime.tensor import Tensor, set_input, set_output
+from vizalloc.trace import events as ev
+from vizalloc.trace.recorder import ListRecorder
+
+D = 8
+SCENARIOS = ("plain", "reuse", "replan_after", "free_after", "read_old", "rename_old", "clear_old", "shared_each_step",
+             "reuse_then_other", "two_shapes")
+
+
+def _weights(ctx: Context) -> dict[str, Tensor]:
+    w = {k: ctx.new_tensor_2d(F32, D, D, name=k) for k in ("wq", "wk", "wo")}
+    w["norm"] = ctx.new_tensor_2d(F32, D, 1, name="norm")
+    return w
+
+
+def _graph(ctx: Context, w: dict[str, Tensor], t: int = 2, extra: Tensor | None = None) -> tuple[Graph, Tensor, Tensor]:
+    x = ctx.new_tensor_2d(F32, D, t, name="inp")
+    set_input(x)
+    n = ops.mul(ctx, ops.rms_norm(ctx, x, 1e-5), w["norm"])
+    q = ops.mul_mat(ctx, w["wq"], n)
+    k = ops.mul_mat(ctx, w["wk"], n)
+    att = ops.soft_max_ext(ctx, ops.mul_mat(ctx, k, q), None, 0.5, 0.0)
+    vt = ops.cont(ctx, ops.transpose(ctx, n))
+    h = ops.add(ctx, x, ops.mul_mat(ctx, w["wo"], ops.cont(ctx, ops.transpose(ctx, ops.mul_mat(ctx, att, vt)))))
+    if extra is not None:
+        h = ops.add(ctx, h, extra)
+    out = ops.sum(ctx, h)
+    set_output(out)
+    g = Graph()
+    g.build_forward_expand(out)
+    return g, x, out
+
+
+def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
+    """The events of one scenario (see ``SCENARIOS``)."""
+    buft = BufferType("CPU", alignment=32)
+    backend = CPUBackend()
+    rng = np.random.default_rng(3)
+    with ListRecorder() as rec:
+        wctx = Context(name="weights")
+        w = _weights(wctx)
+        alloc_ctx_tensors(wctx, buft)
+        for t in w.values():
+            tensor_set(t, rng.standard_normal(t.nelements).astype(np.float32) * 0.1)
+        galloc = GraphAllocator(buft)
+        outs: list[Tensor] = []
+        kept: list[Tensor] = []
+        shared: Tensor | None = None
+        if scenario == "shared_each_step":
+            sctx = Context(name="shared", no_alloc=True)
+            shared = ops.scale(sctx, w["norm"], 2.0)
+        if scenario in ("reuse", "reuse_then_other"):
+            ctx = Context(name="token")
+            g, x, out = _graph(ctx, w)
+            galloc.alloc_graph(g)
+            for _ in range(tokens + 1):
+                tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
+                graph_compute(backend, g)
+                tensor_get(out)
+            if scenario == "reuse_then_other":
+                ctx2 = Context(name="other")
+                g2, x2, out2 = _graph(ctx2, w, t=5)
+                galloc.alloc_graph(g2)
+                tensor_set(x2, rng.standard_normal(x2.nelements).astype(np.float32))
+                graph_compute(backend, g2)
+                galloc.alloc_graph(g)
+                graph_compute(backend, g)
+                tensor_get(out)
+            return rec.events
+        for i in range(tokens + 1):
+            ctx = Context(name="token")
+            if scenario == "two_shapes" and i % 2:
+                g, x, out = _graph(ctx, w, t=3)
+            else:
+                g, x, out = _graph(ctx, w, extra=shared)
+            galloc.alloc_graph(g)
+            tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
+            graph_compute(backend, g)
+            tensor_get(out)
+            outs.append(out)
+            kept.append(x)
+        if scenario == "replan_after":
+            ctx = Context(name="bigger")
+            g, x, out = _graph(ctx, w, t=6)
+            galloc.alloc_graph(g)
+            tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
+            graph_compute(backend, g)
+            tensor_get(outs[3])        # an old token's output: its bytes were planned over
+        elif scenario == "free_after":
+            for bufs in galloc.buffers:
+                for b in bufs or ():
+                    b.free("done")
+            tensor_get(outs[-1])
+            tensor_get(outs[2])
+        elif scenario == "read_old":
+            ctx = Context(name="late")
+            s = ops.add(ctx, kept[2], kept[5])
+            g = Graph()
+            g.build_forward_expand(s)
+            galloc.alloc_graph(g)
+            graph_compute(backend, g)
+        elif scenario == "rename_old":
+            outs[4].set_name("old-out")
+            w["wq"].set_name("wq-renamed")
+            tensor_get(outs[4])
+        elif scenario == "clear_old":
+            clear_tensor_pointers(outs[5])
+            clear_tensor_pointers(kept[6])
+            tensor_get(outs[-1])
+    return rec.events
