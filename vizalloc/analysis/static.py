@@ -284,7 +284,7 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
         if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
             continue
-        cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
+        cause = ev.enum_text(r.cause)
         per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
         key = (HazardKind.REPLAN, r.galloc_id, cause)
         if col.bump(key, r.seq, -1):

@@ -36,6 +36,7 @@ from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
 from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape, trimmed_shape
+from vizalloc.trace.events import enum_text
 
 PANEL_WIDTH = 1000
 PANEL_HEIGHT = 360
@@ -127,7 +128,7 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
     for buffer_id, roots in placed_roots(model, snap, sel.plan_id, cut).items():
         by_buffer[buffer_id] = [
             Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, trimmed_shape(r.info.ne), r.placement.offset,
-                  r.placement.nbytes, r.first, r.last, r.planned, r.stale_note(), r.placement.by.value,
+                  r.placement.nbytes, r.first, r.last, r.planned, r.stale_note(), enum_text(r.placement.by),
                   r.placement.binding_id)
             for r in roots]
 

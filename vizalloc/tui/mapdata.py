@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from vizalloc.analysis.model import NEVER, TraceModel
 from vizalloc.analysis.placed import placed_roots
 from vizalloc.analysis.rects import intersecting_pairs
+from vizalloc.trace.events import enum_text
 from vizalloc.tui.tensors import shape_text
 
 
@@ -132,7 +133,7 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
         buf = model.buffers.get(buffer_id)
         title = (f"buffer #{buffer_id} {buf.backend} {buf.usage}" if buf is not None else f"buffer #{buffer_id}")
         blocks = [Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, shape_text(r.info.ne), r.placement.offset,
-                        r.placement.nbytes, r.first, r.last, r.stale_note(), r.placement.by.value,
+                        r.placement.nbytes, r.first, r.last, r.stale_note(), enum_text(r.placement.by),
                         r.placement.binding_id, r.planned)
                   for r in by_buffer[buffer_id]]
         panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks)
