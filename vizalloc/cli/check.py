@@ -85,7 +85,14 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.text import Text
 
     class CountColumn(ProgressColumn):
@@ -105,12 +112,12 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
-def load_model(path: str, label: str = "") -> Any:
+def load_model(path: str, label: str = "", command: str = "check") -> Any:
     """Load a trace file and build its model (with progress on a terminal)."""
     from vizalloc.analysis.model import build_model
-    from vizalloc.trace.api import load
+    from vizalloc.cli.tracefile import load_trace
 
-    trace = load(path)
+    trace = load_trace(path, command)
     with progress_bar(f"model {label or path}") as progress:
         return build_model(trace, progress=progress)
 

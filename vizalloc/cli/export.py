@@ -19,7 +19,6 @@ slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -65,32 +64,27 @@ def _with_part(path: Path, part: str) -> Path:
     return path.with_name(f"{stem}.{part}{rest}")
 
 
+FORCE_HINT = "pass -f to overwrite it, or -o to write somewhere else"
+
+
 def _check_free(path: Path, force: bool) -> None:
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists; pass -f to overwrite it, or -o to write somewhere else")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"{path} is a directory; pass -o FILE")
+    from vizalloc.files import check_new
+
+    check_new(path, overwrite=force, hint=FORCE_HINT)
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+def _write(path: Path, text: str, force: bool) -> None:
+    from vizalloc.files import create_new
+
+    with create_new(path, overwrite=force, text=True, hint=FORCE_HINT) as f:
+        try:
             f.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _load(path: str):  # type: ignore[no-untyped-def]
-    from vizalloc.trace.api import load
-
-    if not os.path.exists(path):
-        raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py`")
-    if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory, not a trace file")
-    return load(path)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def execute(args: argparse.Namespace) -> int:
+    from vizalloc.cli.tracefile import load_trace
     from vizalloc.export.api import Analysed, Format, Options, export_texts
     from vizalloc.export.dot import INSTALL_HINT, find_dot
 
@@ -112,7 +106,7 @@ def execute(args: argparse.Namespace) -> int:
     if not to_stdout and fmt is not Format.MINIMALLOC:
         _check_free(target, args.force)
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace, "export")
     analysed = Analysed.of(trace)
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
                       offsets=args.offsets, header=getattr(trace, "header", None))
@@ -125,7 +119,7 @@ def execute(args: argparse.Namespace) -> int:
         for path in paths.values():
             _check_free(path, args.force)
         for part, text in texts.items():
-            _write(paths[part], text)
+            _write(paths[part], text, args.force)
             print(f"wrote {paths[part]}", file=sys.stderr)
     if svg_fallback:
         print(f"vizalloc export: warning: the Graphviz `dot` program was not found, so the diagram was written "

@@ -28,6 +28,9 @@ from vizalloc.errors import UsageError
 
 HELP = "trace a Python script into a trace file (like memray run)"
 
+#: How a command asks for an existing output file to be replaced.
+FORCE_HINT = "pass -f to overwrite it, or -o to choose another name"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE",
@@ -77,6 +80,7 @@ def run_script(script: str, argv: list[str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from vizalloc.files import check_new
     from vizalloc.trace.api import read_batches, trace
     from vizalloc.trace.stats import format_nbytes, trace_stats
 
@@ -84,11 +88,10 @@ def execute(args: argparse.Namespace) -> int:
     if not os.path.isfile(script):
         raise UsageError(f"no script at {script!r}; give the path of a Python file to run")
     output = args.output or default_output(script)
-    if os.path.exists(output) and not args.force:
-        raise UsageError(f"the trace file {output} already exists; pass -f to overwrite it or -o to choose another")
+    check_new(output, overwrite=args.force, hint=FORCE_HINT)
     err = sys.stderr
 
-    session = trace(output, capture_values=args.capture_values, keep_events=False)
+    session = trace(output, overwrite=args.force, capture_values=args.capture_values, keep_events=False)
     with session:
         code = run_script(script, list(args.args))
 

@@ -132,7 +132,7 @@ def _render(data: dict[str, Any]) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    model = load_model(args.trace)
+    model = load_model(args.trace, command="summary")
     hazards = analyse(model)
     data = summarize(model, hazards, top=max(0, args.top))
     if args.json:

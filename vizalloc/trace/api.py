@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.files import create_new
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 from vizalloc.trace.chunk_decoder import ChunkDecoder
@@ -50,7 +51,10 @@ class TraceSession:
     Made by ``trace()``; use it as a context manager, or call ``start()`` / ``stop()``.
 
     Args:
-        path: the trace file to write (created or overwritten), or None for memory only.
+        path: the trace file to create, or None for memory only. An existing file (or
+            a symbolic link) is refused unless ``overwrite``; the file is created without
+            following links.
+        overwrite: replace an existing file at ``path``.
         capture_values: ask the runtime for ``ValueSnapshot`` events (graph inputs and
             outputs at compute time).
         keep_events: keep every event in memory for ``.trace`` (False: only the file has them).
@@ -70,6 +74,7 @@ class TraceSession:
         self,
         path: PathLike | None = None,
         *,
+        overwrite: bool = False,
         capture_values: bool = False,
         keep_events: bool = True,
         flush_interval_s: float = 0.1,
@@ -81,6 +86,7 @@ class TraceSession:
         if path is None and not keep_events:
             raise UsageError("trace(path=None, keep_events=False) would record nothing; give a path or keep the events")
         self.path = None if path is None else os.fspath(path)
+        self.overwrite = overwrite
         self.capture_values = capture_values
         self.keep_events = keep_events
         self.header = TraceHeader.new(capture_values=capture_values)
@@ -124,10 +130,8 @@ class TraceSession:
         if self.active or self._stopped:
             raise UsageError("this trace was already started; call vizalloc.trace(...) again for a new one")
         if self.path is not None:
-            try:
-                self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed in stop()
-            except OSError as exc:
-                raise UsageError(f"cannot write the trace file {self.path}: {exc.strerror or exc}") from exc
+            _refuse_a_file_being_written(self.path)
+            self._file = create_new(self.path, overwrite=self.overwrite, buffering=0)  # closed in stop()
             try:
                 self._writer = TraceFileWriter(self._file, self.header, compress_level=self._compress_level)
             except OSError as exc:
@@ -338,6 +342,28 @@ class TraceSession:
 _ACTIVE: weakref.WeakSet[TraceSession] = weakref.WeakSet()
 
 
+def _refuse_a_file_being_written(path: str) -> None:
+    """Refuse a path that an active session of this process writes: two writers would
+    interleave their frames (and ``overwrite`` would truncate the first one's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    for other in list(_ACTIVE):
+        if other._writer is None or other._file is None:
+            continue
+        try:
+            ost = os.fstat(other._file.fileno())
+        except (OSError, ValueError):
+            continue
+        if (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+            raise UsageError(
+                f"{path} is being written by an active trace ({other.path}, {other.n_events} events so far); "
+                "a trace block inside another records into both anyway: give the inner one no path "
+                "(vizalloc.trace()) or another file"
+            )
+
+
 class _Flusher:
     """One daemon thread for every file trace of the process: each session's ``_tick`` runs
     every ``flush_interval_s`` while it records.
@@ -421,11 +447,12 @@ def trace(path: PathLike | None = None, *, capture_values: bool = False, **optio
     """Record everything the runtime does inside a ``with`` block.
 
     Args:
-        path: a ``.vztrace`` file to write (overwritten if it exists), or None to keep
-            the trace in memory only.
+        path: a ``.vztrace`` file to create, or None to keep the trace in memory only.
+            An existing file is refused (``UsageError``) unless ``overwrite=True`` is
+            among the options; a file another active trace writes is always refused.
         capture_values: also record the values of graph inputs and outputs at compute
             time (``ValueSnapshot`` events; needed for shadow execution).
-        **options: ``keep_events``, ``flush_interval_s``, ``max_pending``,
+        **options: ``overwrite``, ``keep_events``, ``flush_interval_s``, ``max_pending``,
             ``compress_level``, ``compress_max_overhead`` (see ``TraceSession``).
 
     Returns:
@@ -461,7 +488,7 @@ def load(path: PathLike) -> Trace:
     """
     with _open(path) as f:
         data = f.read()  # one read: parsing frames from memory is faster than many small reads
-    return read_trace(io.BytesIO(data), os.fspath(path))
+    return read_trace(io.BytesIO(data), os.fspath(path), stacklevel=3)
 
 
 def read_batches(path: PathLike, max_events: int = BATCH_EVENTS, *, slice_events: int | None = None
@@ -534,10 +561,12 @@ def read_header(path: PathLike) -> TraceHeader:
         return TraceFileReader(f, os.fspath(path)).header
 
 
-def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 1) -> int:
-    """Write ``trace_`` to ``path`` (overwriting it); returns the bytes written."""
+def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 1,
+         overwrite: bool = False) -> int:
+    """Write ``trace_`` to a new file ``path`` (an existing one only with ``overwrite``);
+    returns the bytes written."""
     events = trace_.events
-    with open(path, "wb") as f:
+    with create_new(path, overwrite=overwrite) as f:
         writer = TraceFileWriter(f, trace_.header, compress_level=compress_level)
         was_enabled = gc.isenabled()
         gc.disable()
