@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import IO, Any
+from typing import BinaryIO, Literal, TextIO, overload
 
 from vizalloc.errors import UsageError
 
@@ -66,8 +66,18 @@ def _problem(path: str, overwrite: bool, hint: str) -> str:
     return ""
 
 
+@overload
+def create_new(path: str | os.PathLike[str], *, overwrite: bool = ..., text: Literal[False] = ...,
+               buffering: int = ..., hint: str = ...) -> BinaryIO: ...
+
+
+@overload
+def create_new(path: str | os.PathLike[str], *, overwrite: bool = ..., text: Literal[True],
+               buffering: int = ..., hint: str = ...) -> TextIO: ...
+
+
 def create_new(path: str | os.PathLike[str], *, overwrite: bool = False, text: bool = False,
-               buffering: int = -1, hint: str = LIBRARY_HINT) -> IO[Any]:
+               buffering: int = -1, hint: str = LIBRARY_HINT) -> BinaryIO | TextIO:
     """Open a new file at ``path`` for writing (binary, or UTF-8 text with ``\\n`` line ends).
 
     Args:

@@ -136,6 +136,7 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         around = None
         if name in paths:
+            assert api is not None  # (paths are only made when tracing is available)
             path = paths[name]
             around = (lambda p=path: api.trace(p, overwrite=args.force))  # noqa: E731
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
