@@ -193,3 +193,19 @@ def test_progress_bar_renders_with_an_unknown_total(monkeypatch: pytest.MonkeyPa
         stream.close()
         os.close(master)
     assert b"model x" in seen
+
+
+def test_an_internal_error_is_exit_3_not_findings(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug (an exception that is not a VizallocError) must not read as "hazards found"."""
+    from vizalloc.cli import INTERNAL_ERROR, main
+    from vizalloc.cli import check
+
+    def broken(path: str, label: str = "", command: str = "check") -> None:
+        raise TypeError("unsupported format string passed to NoneType.__format__")
+
+    monkeypatch.setattr(check, "load_model", broken)
+    assert main(["check", "any.vztrace"]) == INTERNAL_ERROR == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "TypeError" in err
+    assert "vizalloc check: internal error: this is a bug in vizalloc" in err
