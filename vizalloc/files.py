@@ -30,20 +30,21 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-#: How the library asks to replace a file (the CLI says ``pass -f``).
-LIBRARY_HINT = "pass overwrite=True to replace it"
+#: How the library asks to replace a file (the CLI says ``-f``).
+LIBRARY_FLAG = "overwrite=True"
 
 
-def check_new(path: str | os.PathLike[str], *, overwrite: bool = False, hint: str = LIBRARY_HINT) -> None:
+def check_new(path: str | os.PathLike[str], *, overwrite: bool = False, flag: str = LIBRARY_FLAG,
+              other: str = "") -> None:
     """Raise ``UsageError`` now if ``create_new(path, overwrite=overwrite)`` would refuse
     because of what is at ``path`` (to refuse before doing long work; ``create_new``
-    checks again when it creates the file)."""
-    problem = _problem(os.fspath(path), overwrite, hint)
+    checks again when it creates the file). ``flag`` and ``other`` as ``create_new``'s."""
+    problem = _problem(os.fspath(path), overwrite, flag, other)
     if problem:
         raise UsageError(problem)
 
 
-def _problem(path: str, overwrite: bool, hint: str) -> str:
+def _problem(path: str, overwrite: bool, flag: str, other: str) -> str:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -57,10 +58,11 @@ def _problem(path: str, overwrite: bool, hint: str) -> str:
             return ""
         target = os.readlink(path)
         dangling = "" if os.path.exists(path) else ", which does not exist"
-        return (f"{path} is a symbolic link (to {target}{dangling}); vizalloc does not write through links: "
-                f"remove it, choose another name, or {hint} (the link is replaced, its target left alone)")
+        return (f"{path} is a symbolic link (to {target}{dangling}); vizalloc never writes through a link: "
+                f"remove it{', ' + other if other else ''}, or pass {flag} to replace the link itself (its target "
+                "is left alone)")
     if not overwrite:
-        return f"{path} already exists; {hint}"
+        return f"{path} already exists; pass {flag} to replace it{', or ' + other if other else ''}"
     if not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file; choose another name"
     return ""
@@ -68,23 +70,24 @@ def _problem(path: str, overwrite: bool, hint: str) -> str:
 
 @overload
 def create_new(path: str | os.PathLike[str], *, overwrite: bool = ..., text: Literal[False] = ...,
-               buffering: int = ..., hint: str = ...) -> BinaryIO: ...
+               buffering: int = ..., flag: str = ..., other: str = ...) -> BinaryIO: ...
 
 
 @overload
 def create_new(path: str | os.PathLike[str], *, overwrite: bool = ..., text: Literal[True],
-               buffering: int = ..., hint: str = ...) -> TextIO: ...
+               buffering: int = ..., flag: str = ..., other: str = ...) -> TextIO: ...
 
 
 def create_new(path: str | os.PathLike[str], *, overwrite: bool = False, text: bool = False,
-               buffering: int = -1, hint: str = LIBRARY_HINT) -> BinaryIO | TextIO:
+               buffering: int = -1, flag: str = LIBRARY_FLAG, other: str = "") -> BinaryIO | TextIO:
     """Open a new file at ``path`` for writing (binary, or UTF-8 text with ``\\n`` line ends).
 
     Args:
         overwrite: replace what is at ``path`` (a regular file or a symbolic link) instead
             of refusing.
         buffering: as ``open``'s (0: unbuffered, binary only).
-        hint: the end of the "already exists" message: how to ask for overwriting.
+        flag: how the caller asks to overwrite, for messages (``-f`` in the CLI).
+        other: another way out, for messages (``use -o to choose another name``).
 
     Raises:
         UsageError: something is at ``path`` (without ``overwrite``), it is a directory or
@@ -100,7 +103,7 @@ def create_new(path: str | os.PathLike[str], *, overwrite: bool = False, text: b
             pass
         except OSError as exc:
             raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from None
-        problem = _problem(name, overwrite, hint)
+        problem = _problem(name, overwrite, flag, other)
         if problem:
             raise UsageError(problem)
         try:

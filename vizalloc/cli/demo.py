@@ -95,7 +95,7 @@ def _trace_paths(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
         raise UsageError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
                          "pass -f to overwrite or choose another --out-dir")
     for p in paths.values():  # a directory or a special file in the way
-        check_new(p, overwrite=args.force, hint="pass -f to overwrite it, or choose another --out-dir")
+        check_new(p, overwrite=args.force, flag="-f", other="choose another --out-dir")
     return paths
 
 

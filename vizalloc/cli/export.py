@@ -64,19 +64,16 @@ def _with_part(path: Path, part: str) -> Path:
     return path.with_name(f"{stem}.{part}{rest}")
 
 
-FORCE_HINT = "pass -f to overwrite it, or -o to write somewhere else"
-
-
 def _check_free(path: Path, force: bool) -> None:
     from vizalloc.files import check_new
 
-    check_new(path, overwrite=force, hint=FORCE_HINT)
+    check_new(path, overwrite=force, flag="-f", other="use -o to write somewhere else")
 
 
 def _write(path: Path, text: str, force: bool) -> None:
     from vizalloc.files import create_new
 
-    with create_new(path, overwrite=force, text=True, hint=FORCE_HINT) as f:
+    with create_new(path, overwrite=force, text=True, flag="-f", other="use -o to write somewhere else") as f:
         try:
             f.write(text)
         except OSError as exc:

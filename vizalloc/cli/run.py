@@ -28,8 +28,6 @@ from vizalloc.errors import UsageError
 
 HELP = "trace a Python script into a trace file (like memray run)"
 
-#: How a command asks for an existing output file to be replaced.
-FORCE_HINT = "pass -f to overwrite it, or -o to choose another name"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,7 +86,7 @@ def execute(args: argparse.Namespace) -> int:
     if not os.path.isfile(script):
         raise UsageError(f"no script at {script!r}; give the path of a Python file to run")
     output = args.output or default_output(script)
-    check_new(output, overwrite=args.force, hint=FORCE_HINT)
+    check_new(output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
 
     session = trace(output, overwrite=args.force, capture_values=args.capture_values, keep_events=False)

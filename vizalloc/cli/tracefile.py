@@ -14,6 +14,9 @@ from typing import Any
 from vizalloc.errors import TraceFormatError, UsageError
 
 
+_VERBS = {"summary": "summarize", "diff": "compare"}
+
+
 def check_trace_path(path: str) -> None:
     """Raise ``UsageError`` when ``path`` is not a readable file."""
     if not os.path.exists(path):
@@ -48,7 +51,8 @@ def load_trace(path: str, command: str) -> Any:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             continue
         if w.message.n_frames == 0:
-            raise TraceFormatError(f"{w.message}; there is nothing to {command} (a trace is readable from its first "
-                                   "complete frame on, which its writer appends at its first flush)")
+            raise TraceFormatError(f"{w.message}; there is nothing to {_VERBS.get(command, command)} (a trace is "
+                                   "readable from its first complete frame on, which its writer appends at its "
+                                   "first flush)")
         print(f"vizalloc {command}: warning: {w.message}", file=sys.stderr)
     return trace
