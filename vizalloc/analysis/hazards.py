@@ -15,8 +15,9 @@ The kinds and their definitions are architecture.md's "Hazards" table:
 * ``clobbered-output`` — the user reads (``tensor_get``) a tensor whose bytes were
   overwritten after it was computed;
 * ``plan-mismatch`` — a binding applied a plan made for a graph whose node (or leaf) at
-  some position had another name, op, type, flags or sources (``static.graph_signature``;
-  a shape change alone is ggml's intended reserve-the-largest-graph use and is not reported);
+  some position had another op, type, flags or sources (``static.graph_signature``; names
+  are not structure, and a shape change alone is ggml's intended reserve-the-largest-graph
+  use: neither is reported); the report lists every position that differs;
 * ``replan`` — every re-plan with its cause (not the first plan); a re-plan before
   (nearly) every binding of an allocator is reported once more as churn.
 

@@ -113,12 +113,13 @@ _OUTSIDE = -1  # a source that is neither a node nor a leaf of the graph
 def graph_signature(model: TraceModel, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Per-position signatures of a graph's nodes and leafs.
 
-    A signature is what a plan entry depends on besides the size: name, op, type, flags,
-    and where the view source and the sources sit in the graph (node ``i`` is ``i``, leaf
+    A signature is what a plan entry depends on besides the size: op, type, flags, and
+    where the view source and the sources sit in the graph (node ``i`` is ``i``, leaf
     ``j`` is ``-2 - j``, outside the graph ``-1``). Shapes are left out on purpose: a plan
     reserved for the largest batch and applied to a smaller graph of the same structure
     is ggml's intended use (the liveness is the same and every size fits), so only a
-    change of structure is a mismatch.
+    change of structure is a mismatch. Names are left out too: ggml never looks at them,
+    and a graph rebuilt with other names is planned exactly alike.
     """
     nodes, leafs = graph.nodes, graph.leafs
     pos = {t: -2 - j for j, t in enumerate(leafs)}
@@ -152,7 +153,7 @@ def _signatures(model: TraceModel, pos: dict[int, int], ts: list[int]) -> tuple[
             where = (get(s0, _OUTSIDE) if s0 >= 0 else None, get(s1, _OUTSIDE) if s1 >= 0 else None)
         else:
             where = tuple([get(s, _OUTSIDE) if s >= 0 else None for s in srcs])
-        append((info.name, info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None, where))
+        append((info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None, where))
     return tuple(out)
 
 
@@ -194,7 +195,7 @@ def _layout_key(model: TraceModel, b: BindingInfo, sig: tuple[Any, ...]) -> Any:
     assert b.graph is not None
     # roots reached only as a source from outside the graph make the signature ambiguous
     for s in sig[0]:
-        if len(s) > 5 and _OUTSIDE in s[5]:
+        if len(s) > 4 and _OUTSIDE in s[4]:
             return None
     seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
     tget = model.tensors.get
@@ -234,34 +235,63 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tu
     psig = sigs.of_plan(plan.plan_id, pg)
     if psig == sig:
         return
-    diffs: list[tuple[str, int, int, int]] = []
+    # every position that differs: (what, position, plan's tensor, graph's tensor, what changed)
+    diffs: list[tuple[str, int, int, int, str]] = []
     for what, a, c, sa, sc in (("node", p_nodes, b_nodes, psig[0], sig[0]), ("leaf", p_leafs, b_leafs, psig[1],
                                                                               sig[1])):
         for i in range(min(len(a), len(c))):
             if sa[i] != sc[i]:
-                diffs.append((what, i, a[i], c[i]))
+                diffs.append((what, i, a[i], c[i], _sig_change(sa[i], sc[i])))
         if len(a) != len(c):
-            diffs.append((what + " count", min(len(a), len(c)), -1, -1))
+            diffs.append((what + " count", min(len(a), len(c)), -1, -1, ""))
     if not diffs:
         return
-    what, pos, was, now = diffs[0]
+    what, pos, was, now, _ = diffs[0]
     key = (HazardKind.PLAN_MISMATCH, now, was, b.galloc_id)
     if col.bump(key, b.begin_seq, b.binding_id):
         return
-    if now < 0:
-        detail = (f"plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
-                  f"the graph {len(b_nodes)} / {len(b_leafs)}")
-    else:
-        detail = (f"{what} {pos}: the plan was made for {_sig_text(model, was)}, the graph has {_sig_text(model, now)}"
-                  f" ({len(diffs)} position(s) differ); the size-only check let the old offsets through")
-    col.add(key, lambda: Hazard(
-        HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
-        if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
-        access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
-               f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
-        access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail=detail, binding_id=b.binding_id,
-        node_index=pos,
-    ), b.binding_id)
+
+    def make() -> Hazard:
+        lines = [f"{len(diffs)} position(s) differ; the size-only check let the old offsets through:"]
+        for w, i, p_t, b_t, change in diffs:
+            if p_t < 0:
+                lines.append(f"  {w}: plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
+                             f"the graph {len(b_nodes)} / {len(b_leafs)}")
+            else:
+                lines.append(f"  {w} {i}: the plan was made for {_sig_text(model, p_t)}, "
+                             f"the graph has {_sig_text(model, b_t)} ({change})")
+        return Hazard(
+            HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
+            if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
+            access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
+                   f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
+            access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail="\n".join(lines),
+            binding_id=b.binding_id, node_index=pos)
+
+    col.add(key, make, b.binding_id)
+
+
+def _sig_change(was: tuple[Any, ...], now: tuple[Any, ...]) -> str:
+    """What differs between two position signatures (``_signatures``' tuples), in words."""
+    if len(was) != len(now) or len(was) < 5:
+        return "another tensor"
+    out = []
+    for field_name, a, c in zip(("op", "type", "flags", "view source", "sources"), was, now):
+        if a != c:
+            out.append(f"{field_name} {_where(a) if field_name in ('view source', 'sources') else a} -> "
+                       f"{_where(c) if field_name in ('view source', 'sources') else c}")
+    return "; ".join(out)
+
+
+def _where(pos: Any) -> str:
+    """A source position of ``_signatures`` as words: node i, leaf j, outside, none."""
+    if isinstance(pos, tuple):
+        return "(" + ", ".join(_where(p) for p in pos) + ")"
+    if pos is None:
+        return "none"
+    if pos == _OUTSIDE:
+        return "outside"
+    return f"node {pos}" if pos >= 0 else f"leaf {-2 - pos}"
 
 
 def _sig_text(model: TraceModel, t: int) -> str:
