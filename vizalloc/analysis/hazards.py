@@ -42,6 +42,10 @@ from vizalloc.trace import events as ev
 #: at most this many step ids are kept per merged hazard (``occurrences`` stays exact)
 MAX_STEPS = 32
 
+#: the step id of an occurrence that belongs to the compute that comes next (a host access
+#: that prepares it); ``Collector.settle`` replaces it once that compute begins
+NEXT_STEP = -3
+
 
 class HazardKind(str, enum.Enum):
     """The kinds of hazard (values as the CLI and JSON write them)."""
@@ -207,6 +211,8 @@ class Collector:
     found: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     #: findings seen so far, repeats included (tells a caller whether a check found anything)
     n_findings: int = 0
+    #: keys with an occurrence waiting for its step (``NEXT_STEP``) -> whether it is the first
+    waiting: dict[tuple[Any, ...], bool] = field(default_factory=dict)
 
     def seen(self, key: tuple[Any, ...]) -> bool:
         return key in self.found
@@ -219,15 +225,29 @@ class Collector:
         self.n_findings += 1
         entry["occurrences"] += 1
         entry["last_seq"] = max(entry["last_seq"], seq)
-        steps = entry["steps"]
-        if step >= 0 and len(steps) < MAX_STEPS and (not steps or steps[-1] != step):
-            steps.append(step)
+        if step == NEXT_STEP:
+            self.waiting.setdefault(key, False)
+        else:
+            _add_step(entry["steps"], step)
         return True
 
     def add(self, key: tuple[Any, ...], make: Callable[[], Hazard], step: int) -> None:
         h = make()
         self.n_findings += 1
         self.found[key] = {"hazard": h, "occurrences": 1, "last_seq": h.seq, "steps": [step] if step >= 0 else []}
+        if step == NEXT_STEP:
+            self.waiting[key] = True
+
+    def settle(self, compute_id: int) -> None:
+        """The compute the waiting occurrences belong to has begun (-1: none came): give them
+        its id as their step, and as the hazard's ``compute_id`` where it was the first."""
+        if compute_id >= 0:
+            for key, first in self.waiting.items():
+                entry = self.found[key]
+                _add_step(entry["steps"], compute_id)
+                if first:
+                    entry["hazard"] = replace(entry["hazard"], compute_id=compute_id)
+        self.waiting.clear()
 
     def hazards(self) -> list[Hazard]:
         out = []
@@ -236,6 +256,11 @@ class Collector:
             out.append(replace(h, occurrences=entry["occurrences"], last_seq=entry["last_seq"],
                                 steps=tuple(entry["steps"])))
         return out
+
+
+def _add_step(steps: list[int], step: int) -> None:
+    if step >= 0 and len(steps) < MAX_STEPS and (not steps or steps[-1] != step):
+        steps.append(step)
 
 
 def find_hazards(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> list[Hazard]:
