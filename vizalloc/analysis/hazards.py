@@ -1,25 +1,20 @@
 """Hazards: what went wrong with the bytes, found from the model of a trace.
 
-The kinds and their definitions are architecture.md's "Hazards" table:
+Each kind has one definition, ``DEFINITIONS`` below: every report states it, and the
+README's hazards table says the same words (``tests/test_readme.py`` holds them equal).
+Where they are found:
 
-* ``stale-overlap`` — at a binding, a stale root's bytes overlap another root of the
-  graph and both are live in that graph (ggml's ``both_live`` rule, ``liveness.py``);
-* ``use-after-reuse`` — a node (or a copy) reads tensor T, but T's bytes were last
-  written by a tensor of another memory root since T was written (the per-byte-range
-  last-writer map of ``dynamic.py``); at a binding, two freshly planned roots that share
-  bytes while both live are reported as a *predicted* use-after-reuse when no compute
-  of that binding shows it;
-* ``dangling`` — a tensor is read, written or kept in a bound graph while its buffer is freed
-  (its accesses are still tracked: vizalloc keeps freed bytes reachable, as a quarantine does);
-* ``uninitialized-read`` — a graph-allocated tensor is read before anything wrote its bytes;
-* ``clobbered-output`` — the user reads (``tensor_get``) a tensor whose bytes were
-  overwritten after it was computed;
-* ``plan-mismatch`` — a binding applied a plan made for a graph whose node (or leaf) at
-  some position had another op, type, flags or sources (``static.graph_signature``; names
-  are not structure, and a shape change alone is ggml's intended reserve-the-largest-graph
-  use: neither is reported); the report lists every position that differs;
-* ``replan`` — every re-plan with its cause (not the first plan); a re-plan before
-  (nearly) every binding of an allocator is reported once more as churn.
+* ``stale-overlap`` — at bindings (``static.py``), with ggml's ``both_live`` rule
+  (``liveness.py``);
+* ``use-after-reuse`` — from the per-byte-range last-writer map of the computes
+  (``dynamic.py``); at a binding, two freshly planned roots that share bytes while both
+  live are reported as a *predicted* use-after-reuse when no compute of it shows it;
+* ``dangling`` — reads and writes (``dynamic.py``) and roots kept by a binding
+  (``static.py``); accesses are still tracked: vizalloc keeps freed bytes reachable, as a
+  quarantine does;
+* ``uninitialized-read``, ``clobbered-output`` — ``dynamic.py``;
+* ``plan-mismatch`` — ``static.graph_signature`` per position, ``plan-overflow`` — the
+  leaf entries of a reused plan, ``replan`` — the ``Replan`` events (``static.py``).
 
 Equal findings (same kind, tensors and buffer) are merged into one ``Hazard`` whose
 ``occurrences`` counts them and whose ``steps`` names the bindings or computes.
@@ -56,10 +51,43 @@ class HazardKind(str, enum.Enum):
     UNINITIALIZED_READ = "uninitialized-read"
     CLOBBERED_OUTPUT = "clobbered-output"
     PLAN_MISMATCH = "plan-mismatch"
+    PLAN_OVERFLOW = "plan-overflow"
     REPLAN = "replan"
 
 
 _KIND_ORDER = {k: i for i, k in enumerate(HazardKind)}
+
+#: what each kind means: one definition, stated in every report and in the README's table
+DEFINITIONS: dict[HazardKind, str] = {
+    HazardKind.STALE_OVERLAP:
+        "at a binding, two memory roots of the bound graph share bytes while both are live in it (one is "
+        "written while the other still has a reader to come), and at least one of them keeps a stale "
+        "placement from an earlier binding (its allocator has re-planned, been reset or freed its buffer "
+        "since), whose bytes the new plan never saw; the other is placed by this binding, or is stale too "
+        "(an earlier plan packed both for a graph in which their lives did not meet) — the seed bug",
+    HazardKind.USE_AFTER_REUSE:
+        "a node (or a copy) reads a tensor whose bytes were last written by a tensor of another memory root "
+        "since it was written (found from the byte-range last-writer map during compute, or predicted at a "
+        "binding from two freshly placed roots that share bytes while both live)",
+    HazardKind.DANGLING:
+        "a tensor is read, written or kept in a bound graph while its buffer has been freed (or replaced by "
+        "a larger one)",
+    HazardKind.UNINITIALIZED_READ:
+        "a node reads bytes of a graph-allocated tensor that nothing wrote since the tensor was placed",
+    HazardKind.CLOBBERED_OUTPUT:
+        "the user reads (tensor_get) a tensor whose bytes another tensor overwrote after it was written",
+    HazardKind.PLAN_MISMATCH:
+        "a binding applied a plan made for another graph whose node or leaf at some position has another "
+        "op, type, flags or source positions (names and shapes do not count: ggml checks sizes only); the "
+        "report lists every position that differs",
+    HazardKind.PLAN_OVERFLOW:
+        "a binding placed a tensor at its plan entry's offset although it is larger than the entry: ggml "
+        "re-validates node and source entries only, so a leaf that no node consumes can outgrow its entry, "
+        "and its extra bytes overlap the tensors the plan put after it, whether or not anyone reads them",
+    HazardKind.REPLAN:
+        "every re-plan with its cause (not the first plan); a re-plan before (nearly) every binding of one "
+        "allocator is reported once more as churn",
+}
 
 
 @dataclass(frozen=True, slots=True)

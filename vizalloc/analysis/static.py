@@ -78,10 +78,8 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
     lo, hi = max(px.offset, py.offset), min(px.end, py.end)
     if x_stale or y_stale:
         kind = HazardKind.STALE_OVERLAP
-        stale = px if x_stale else py
-        detail = (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id}, "
-                  f"made stale when its allocator was {stale.stale_reason} (seq {stale.stale_seq}); "
-                  f"live ranges in graph #{b.graph_id}: {qlabel(model, x[2])} {_span(sx)}, "
+        detail = (f"{_stale_text(model, b, px, py, x_stale, y_stale)}; both are live in graph #{b.graph_id} "
+                  f"(first write, last read by node index): {qlabel(model, x[2])} {_span(sx)}, "
                   f"{qlabel(model, y[2])} {_span(sy)}")
     else:
         kind = HazardKind.USE_AFTER_REUSE
@@ -98,6 +96,29 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
         access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}, plan #{b.plan_id})",
         access_loc=b.loc, other_seq=py.seq, other_loc=py.loc, detail=detail, binding_id=b.binding_id,
     ), b.binding_id)
+
+
+def _stale_text(model: TraceModel, b: BindingInfo, px: Placement, py: Placement, x_stale: bool,
+                y_stale: bool) -> str:
+    """How a stale-overlap pair came to share bytes: one stale placement under a new one, or
+    two stale ones an earlier plan packed together."""
+    def why(p: Placement, whose: str = "its") -> str:
+        return f"stale since {whose} allocator was {p.stale_reason} at seq {p.stale_seq}"
+
+    x, y = qlabel(model, px.tensor_id), qlabel(model, py.tensor_id)
+    if x_stale and y_stale:
+        if px.binding_id == py.binding_id:
+            return (f"{x} and {y} both keep their placements from binding #{px.binding_id}, whose plan packed "
+                    f"them together (their lives did not meet in that graph), {why(px, 'their')}")
+        return (f"{x} keeps its placement from binding #{px.binding_id} ({why(px)}), {y} its placement from "
+                f"binding #{py.binding_id} ({why(py)})")
+    stale, fresh = (px, py) if x_stale else (py, px)
+    by = (f"was placed over it by this binding (#{b.binding_id}), whose plan never saw its bytes"
+          if fresh.binding_id == b.binding_id else
+          f"is placed there by {fresh.by.value if isinstance(fresh.by, ev.PlacedBy) else fresh.by}"
+          + (f" binding #{fresh.binding_id}" if fresh.binding_id >= 0 else ""))
+    return (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id} "
+            f"({why(stale)}); {qlabel(model, fresh.tensor_id)} {by}")
 
 
 def _span(s: liveness.Span) -> str:
@@ -180,6 +201,7 @@ def check_bindings(model: TraceModel, col: Collector) -> None:
             continue
         sig = graph_signature(model, b.graph)
         _check_plan_match(model, b, col, sig, sigs)
+        _check_leaf_entries(model, b, col)
         key = _layout_key(model, b, sig)
         if key is not None and key in clean:
             continue
@@ -269,6 +291,80 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tu
             binding_id=b.binding_id, node_index=pos)
 
     col.add(key, make, b.binding_id)
+
+
+def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> None:
+    """A reused plan's leaf entries against the leafs bound through them.
+
+    ggml's re-validation (``ggml_gallocr_needs_realloc``) compares the node and source
+    entries with the tensors now at those positions, but never a leaf entry: a leaf that
+    no node consumes and that is larger than the plan's leaf at its position is bound at
+    that entry's offset, and its extra bytes cover whatever the plan put after it.
+    """
+    plan = model.plans.get(b.plan_id)
+    if plan is None or plan.graph is None or b.graph is None:
+        return
+    p_leafs, b_leafs = plan.graph.leafs, b.graph.leafs
+    if p_leafs == b_leafs:
+        return
+    tget = model.tensors.get
+    seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
+    for j, (was, now) in enumerate(zip(p_leafs, b_leafs)):
+        if was == now:
+            continue
+        w_info, n_info = tget(was), tget(now)
+        if w_info is None or n_info is None or n_info.is_view or n_info.nbytes <= w_info.nbytes:
+            continue
+        p = model.placement_at(now, seq)
+        if p is None or p.binding_id != b.binding_id or p.by != ev.PlacedBy.GALLOCR:
+            continue  # not bound through the entry (it had data already)
+        entry_end = p.offset + w_info.nbytes
+        covered = _covered(model, b, p, entry_end, seq)
+        if not covered:
+            continue  # the extra bytes fall on nothing the graph uses
+        key = (HazardKind.PLAN_OVERFLOW, b.galloc_id, plan.plan_id, j)
+        if col.bump(key, b.begin_seq, b.binding_id):
+            continue
+        col.add(key, lambda j=j, was=was, now=now, w_info=w_info, p=p, entry_end=entry_end, covered=covered: Hazard(
+            HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
+                                                                                      covered[0][1]),
+            p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
+            access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
+                   f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
+                   f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
+            access_loc=b.loc, other_seq=covered[0][1].seq, other_loc=covered[0][1].loc,
+            detail=f"{p.end - entry_end} bytes past the entry, [{entry_end}, {p.end}), cover "
+                   + ", ".join(f"{qlabel(model, t)} [{q.offset}, {q.end})" for t, q in covered)
+                   + "; no re-validation looked at the leaf entry, so nothing re-planned",
+            binding_id=b.binding_id, node_index=j), b.binding_id)
+
+
+def _covered(model: TraceModel, b: BindingInfo, p: Placement, start: int, seq: int) -> list[tuple[int, Placement]]:
+    """Roots of the bound graph (other than ``p``'s) whose bytes meet ``[start, p.end)`` of its buffer."""
+    assert b.graph is not None
+    out = []
+    seen = {p.tensor_id}
+    for t in (*b.graph.leafs, *b.graph.nodes):
+        info = model.tensors.get(t)
+        r = info.root if info is not None else t
+        if r in seen:
+            continue
+        seen.add(r)
+        q = model.placement_at(r, seq)
+        if q is not None and q.buffer_id == p.buffer_id and q.offset < p.end and start < q.end and q.nbytes > 0:
+            out.append((r, q))
+    out.sort(key=lambda x: (x[1].offset, x[0]))
+    return out
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, z in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], z))
+        else:
+            out.append((a, z))
+    return out
 
 
 def _sig_change(was: tuple[Any, ...], now: tuple[Any, ...]) -> str:
