@@ -400,6 +400,24 @@ def _sig_text(model: TraceModel, t: int) -> str:
 
 # -- re-plans --------------------------------------------------------------------------------
 
+#: what the churn report advises for graphs that share tensors, by fix strategy name
+#: (``vizalloc.scenarios.shared_tensors``); each one is proven in that loop by
+#: ``tests/analysis/test_churn_advice.py``, as is that the advice left out does not help
+CHURN_FIXES: dict[str, str] = {
+    "dup": "bind a deep copy of the graph each time (what ggml-opt's dup_graph makes)",
+    "clear": "clear the shared tensors' data and buffer pointers after each reset",
+    "static": "keep the shared tensors in a static buffer allocated once",
+}
+
+#: the churn report's text
+CHURN_ADVICE = (
+    "a re-plan before (nearly) every alloc_graph: planning cost on every step, and every tensor placed by the "
+    "previous binding goes stale. Where the graphs share tensors, each new plan is made over the stale ones' "
+    "bytes; what makes that safe: " + "; or ".join(CHURN_FIXES.values()) + ". One allocator per graph, a "
+    "fresh allocator per alloc_graph or reserving the largest graph once do not: the shared tensors keep "
+    "the bytes a plan for another graph gave them"
+)
+
 def check_replans(model: TraceModel, col: Collector) -> None:
     per_galloc: dict[int, int] = {}
     first_plan: dict[int, int] = {}
@@ -427,7 +445,4 @@ def check_replans(model: TraceModel, col: Collector) -> None:
             key = (HazardKind.REPLAN, galloc, "churn")
             col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
                 HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
-                access_loc=first.loc, cause="churn",
-                detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
-                       "tensor placed by the previous binding goes stale; reserve the largest graph once, or "
-                       "use one allocator per graph"), -1)
+                access_loc=first.loc, cause="churn", detail=CHURN_ADVICE), -1)
