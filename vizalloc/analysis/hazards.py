@@ -1,7 +1,8 @@
 """Hazards: what went wrong with the bytes, found from the model of a trace.
 
 Each kind has one definition, ``DEFINITIONS`` below: every report states it, and the
-README's hazards table says the same words (``tests/test_readme.py`` holds them equal).
+README's hazards table says the same words (``tests/analysis/test_definitions.py``
+holds them equal).
 Where they are found:
 
 * ``stale-overlap`` — at bindings (``static.py``), with ggml's ``both_live`` rule
