@@ -15,7 +15,7 @@ node. Repeated expands append to the same lists.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from vizalloc.errors import GraphError
 from vizalloc.runtime.context import Context
@@ -137,6 +137,14 @@ class Graph:
                 ev.GraphExpanded, self.id,
                 tuple(t.id for t in self.nodes[n0:]), tuple(t.id for t in self.leafs[l0:]),
             )
+
+    @classmethod
+    def of(cls, nodes: Sequence[Tensor], leafs: Sequence[Tensor], *, kind: str = "captured") -> Graph:
+        """A graph of exactly these nodes and leafs in this order: a graph built elsewhere
+        (captured from a real ggml process) rather than by expanding tensors here."""
+        g = cls(max(len(nodes), len(leafs), 1), _kind=kind)
+        g._extend(nodes, leafs)
+        return g
 
     # -- copies ---------------------------------------------------------------
     def dup(self, size: int | None = None) -> Graph:
