@@ -116,3 +116,24 @@ def test_minimalloc_offsets_column(trace_file: Path, capsys):
     assert main(["export", str(trace_file), "--format", "minimalloc", "--offsets", "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "id,lower,upper,size,offset" and len(lines) == 3
+
+
+@pytest.mark.parametrize("fmt", ["dot", "layout", "minimalloc"])
+def test_says_which_binding_it_drew(trace_file: Path, fmt: str, capsys):
+    """The seed trace has two bindings; the second holds the findings and is drawn, and
+    stderr names it and why (the picture's title says it too)."""
+    from vizalloc.analysis.model import build_model
+    from vizalloc.trace.api import load
+
+    first, second = sorted(build_model(load(trace_file).events).bindings)
+    assert main(["export", str(trace_file), "--format", fmt, "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    assert (f"drew graph #{second} binding #{second}, plan #{second}: the first binding with a finding; "
+            "draw another with --binding N") in captured.err
+    if fmt != "minimalloc":
+        assert "drawn: the first binding with a finding" in captured.out
+    assert main(["export", str(trace_file), "--format", fmt, "-o", "-", "--binding", str(first)]) == 0
+    err = capsys.readouterr().err
+    assert f"binding #{first}, plan #{first}: binding #{first} as asked" in err and "--binding N" not in err
+    assert main(["export", str(trace_file), "--format", "json", "-o", "-"]) == 0
+    assert "drew" not in capsys.readouterr().err

@@ -91,7 +91,7 @@ def _load(path: str):  # type: ignore[no-untyped-def]
 
 
 def execute(args: argparse.Namespace) -> int:
-    from vizalloc.export.api import Analysed, Format, Options, export_texts
+    from vizalloc.export.api import Analysed, Format, Options, chosen, export_texts
     from vizalloc.export.dot import INSTALL_HINT, find_dot
 
     if args.max_nodes < 0:
@@ -117,6 +117,11 @@ def execute(args: argparse.Namespace) -> int:
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
                       offsets=args.offsets, header=getattr(trace, "header", None))
     texts = export_texts(analysed, fmt, options)
+    sel = chosen(analysed, fmt, options)
+    if sel is not None:
+        hint = "" if args.binding is not None or args.graph is not None else \
+            "; draw another with --binding N or --graph N (see `vizalloc summary`)"
+        print(f"vizalloc export: drew {sel.title}: {sel.reason}{hint}", file=sys.stderr)
 
     if to_stdout:
         sys.stdout.write("\n".join(texts.values()))

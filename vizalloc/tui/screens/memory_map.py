@@ -114,7 +114,11 @@ class MapScreen(PaneScreen):
         head.append(f"binding #{self.bmap.binding_id}", style="bold")
         head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
         head.append(inert(p.title), style="bold")
-        head.append(f" {fmt_bytes(p.nbytes)}  {len(p.blocks)} tensors, ")
+        head.append(f" {fmt_bytes(p.nbytes)}")
+        fig = p.figures
+        if fig is not None and fig.freed:
+            head.append(f" FREED at event {fig.freed_seq}", style="bold #ff5f5f")
+        head.append(f"  {len(p.blocks)} tensors, ")
         head.append(f"{n_stale} stale", style="bold #ff5f5f" if n_stale else "")
         head.append(", ")
         head.append(f"{len(p.overlaps)} collisions", style="bold #ff5f5f" if p.overlaps else "")
@@ -122,6 +126,13 @@ class MapScreen(PaneScreen):
         if others:
             head.append(f"  (b: buffers {', '.join('#' + str(i) for i in others)})", style="dim")
         head.append("\n")
+        if fig is not None:
+            head.append(f"peak {fmt_bytes(fig.highest)}")
+            if fig.max_live_step >= -1:
+                head.append(f" · max live {fmt_bytes(fig.max_live)} at step {step_label(fig.max_live_step, p.n_steps)}")
+            if fig.lower_bound is not None:
+                head.append(f" · lower bound {fmt_bytes(fig.lower_bound)}")
+            head.append("   ")
         g = self.mmap.geom
         per_col = f"{g.steps_per_col} steps" if g.steps_per_col > 1 else "1 step"
         head.append(f"rows: {fmt_bytes(g.bytes_per_row)} each; columns: {per_col}"
