@@ -245,7 +245,7 @@ def test_cli_refuses_missing_and_broken_files(tmp_path: Path, capsys: pytest.Cap
     from vizalloc.cli import main
 
     assert main(["tui", str(tmp_path / "nope.vztrace")]) == 2
-    assert "no such trace file" in capsys.readouterr().err
+    assert "no trace file at" in capsys.readouterr().err
     bad = tmp_path / "bad.vztrace"
     bad.write_bytes(b"garbage")
     assert main(["tui", str(bad)]) == 2

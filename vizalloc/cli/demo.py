@@ -139,8 +139,9 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         around = None
         if name in paths:
-            path = paths[name]
-            around = (lambda p=path: api.trace(p, capture_values=args.capture_values))  # noqa: E731
+            assert api is not None, "trace paths without the trace API"
+            open_trace = api.trace
+            around = (lambda p=paths[name], t=open_trace: t(p, capture_values=args.capture_values))  # noqa: E731
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)

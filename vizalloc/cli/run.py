@@ -30,6 +30,9 @@ HELP = "trace a Python script into a trace file (like memray run)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # the script's own options come after its name; a prefix of one of ours ("--c") must
+    # reach the script, not be read as --check or --capture-values
+    parser.allow_abbrev = False
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="the trace file (default: vizalloc-<script>.<pid>.vztrace in the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
@@ -38,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
     # --tui (added by the TUI engineer): browse the trace after the run
     parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
-    parser.add_argument("script", metavar="script.py", help="the Python script to run")
+    parser.add_argument("script", metavar="script.py", nargs="?", help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
 
@@ -81,6 +84,10 @@ def execute(args: argparse.Namespace) -> int:
     from vizalloc.trace.stats import format_nbytes, trace_stats
 
     script = args.script
+    if script is None:
+        raise UsageError("name the Python script to trace: vizalloc run [-o FILE] [-f] [--capture-values] [--check] "
+                         "[--tui] script.py [its arguments]; for example `vizalloc run -o train.vztrace train.py "
+                         "--epochs 2`, or `vizalloc demo` to see a traced example")
     if not os.path.isfile(script):
         raise UsageError(f"no script at {script!r}; give the path of a Python file to run")
     output = args.output or default_output(script)
