@@ -1,4 +1,4 @@
-"""vizalloc run: trace a whole program into a trace file (like ``memray run``).
+"""vizalloc run: trace a whole program into a trace file (like memray run).
 
     vizalloc run train.py --epochs 2              # -> vizalloc-train.<pid>.vztrace
     vizalloc run -o train.vztrace -f train.py     # a chosen name, overwritten if it exists
@@ -7,22 +7,22 @@
     vizalloc run -- python uses_ggml_python.py        # Python driving the real ggml
 
 A script written against vizalloc's own runtime is run in this process. A program after
-``--`` is any process that loads ggml as a shared library (C/C++, or Python through
+-- is any process that loads ggml as a shared library (C/C++, or Python through
 ggml-python or xllamacpp), run unmodified with vizalloc's capture library preloaded: every
 graph it plans is replayed through vizalloc's allocators and every offset compared with
-what the real allocator did (differences are reported by ``check`` and ``summary``). Its
+what the real allocator did (differences are reported by check and summary). Its
 stdin, stdout and stderr are its own; vizalloc's messages go to stderr.
 
-The script runs as ``__main__`` with ``sys.argv = [script, args...]``; options for
+The script runs as __main__ with sys.argv = [script, args...]; options for
 vizalloc go before the script's name. Everything the vizalloc runtime does while it
 runs is recorded. The trace file is complete even when the script raises (the
-traceback is printed and the exit code is 1) or calls ``sys.exit`` (its code is kept).
+traceback is printed and the exit code is 1) or calls sys.exit (its code is kept).
 vizalloc's own messages go to stderr, so the script's stdout stays its own.
 
 Exit codes: the script's or program's own (0 when it ends normally, 1 on a Python
-exception, 128+N when a program is killed by signal N); with ``--check``, 1 when it
+exception, 128+N when a program is killed by signal N); with --check, 1 when it
 succeeded but the trace has hazards (re-plans aside); 2 when the output exists without
-``-f``, the script or program cannot be found, or tracing a real program is not possible
+-f, the script or program cannot be found, or tracing a real program is not possible
 here (no C compiler, not Linux).
 """
 
@@ -38,10 +38,13 @@ from typing import Any
 
 from vizalloc.errors import UsageError
 
-HELP = "trace a Python script into a trace file (like memray run)"
+HELP = "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # the script's own options come after its name; a prefix of one of ours ("--c") must
+    # reach the script, not be read as --check or --capture-values
+    parser.allow_abbrev = False
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="the trace file (default: vizalloc-<script>.<pid>.vztrace in the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
@@ -94,8 +97,11 @@ def execute(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         return _run_program(args, command[1:])
     if not command:
-        raise UsageError("nothing to run: give a Python script (vizalloc run train.py) or, after --, a real ggml "
-                         "program (vizalloc run -- ./llama-cli -m model.gguf)")
+        raise UsageError("name what to trace: vizalloc run [-o FILE] [-f] [--capture-values] [--check] [--tui] "
+                         "script.py [its arguments] for a script on vizalloc's runtime (e.g. `vizalloc run -o "
+                         "train.vztrace train.py --epochs 2`), or vizalloc run [-o FILE] [-f] -- PROGRAM [ARGS] for a "
+                         "real ggml program (e.g. `vizalloc run -- ./llama-cli -m model.gguf`); `vizalloc demo` shows "
+                         "a traced example")
     script, args.args = command[0], command[1:]
     if not os.path.isfile(script):
         hint = ""

@@ -113,7 +113,7 @@ class TensorCreated(Event):
     view_src: int
     view_offs: int
     flags: int
-    copy_of: int  # deep copies (dup_graph, graph_copy): the tensor this one copies
+    copy_of: int  # deep copies (graph_deep_copy, graph_copy): the tensor this one copies
 
 
 @dataclass(frozen=True, slots=True)
