@@ -115,7 +115,7 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
 def load_model(path: str, label: str = "", command: str = "check") -> Any:
     """Load a trace file and build its model (with progress on a terminal)."""
     from vizalloc.analysis.model import build_model
-    from vizalloc.cli.tracefile import load_trace
+    from vizalloc.cli.inputs import load_trace
 
     trace = load_trace(path, command)
     with progress_bar(f"model {label or path}") as progress:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from vizalloc.cli.inputs import check_trace_path
 from vizalloc.errors import UsageError
 
 HELP = "browse a trace in the terminal"
@@ -55,7 +56,6 @@ def export_writer(directory: str | os.PathLike[str], stem: str) -> Callable[[str
 
 def open_tui(trace_path: str, export_dir: str | None = None) -> int:
     """Run the TUI on a trace file until the user quits (used by `tui`, and `run`/`demo --tui`)."""
-    from vizalloc.cli.tracefile import check_trace_path
     from vizalloc.trace.api import read_header
     from vizalloc.tui.app import VizallocApp
 
