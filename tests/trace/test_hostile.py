@@ -208,3 +208,18 @@ def test_absurd_header_length_is_a_clear_error(small: bytes, tmp_path: Path) -> 
     assert set(_every_reader(path)) == {"TraceFormatError"}
     with pytest.raises(TraceFormatError, match="declares 4,294,967,31\\d bytes, the file ends at byte"):
         vizalloc.load(path)
+
+
+def test_the_writer_never_makes_a_chunk_the_reader_refuses(tmp_path: Path) -> None:
+    from vizalloc.errors import UsageError
+    from vizalloc.trace.api import save
+    from vizalloc.trace.chunk_decoder import MAX_CHUNK_EVENTS, MAX_CHUNK_META_BYTES
+    from vizalloc.trace.value import Trace, TraceHeader
+
+    # ~110 bytes of metadata per event: the largest chunk a writer makes stays far below the reader's bound
+    assert MAX_CHUNK_EVENTS * 110 < MAX_CHUNK_META_BYTES / 2
+    for bad in (0, MAX_CHUNK_EVENTS + 1):
+        with pytest.raises(UsageError, match="max_pending must be 1 to 4,194,304"):
+            vizalloc.trace(max_pending=bad)
+        with pytest.raises(UsageError, match="chunk_events must be 1 to 4,194,304"):
+            save(Trace(TraceHeader.new(), ()), tmp_path / f"{bad}.vztrace", chunk_events=bad)

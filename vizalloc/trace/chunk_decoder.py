@@ -29,10 +29,14 @@ from vizalloc.trace.chunks import (
 )
 from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
 
-#: The most bytes one chunk's metadata may inflate to. A writer's largest chunk (65,536
-#: events at a flush) holds a few MiB; a chunk that declares more is refused before it is
-#: inflated, so a small hostile file cannot make the reader hold gigabytes.
-MAX_CHUNK_META_BYTES = 256 << 20
+#: The most bytes one chunk's metadata may inflate to. A writer's usual chunk (65,536
+#: events at a flush) holds a few MiB, its largest (``MAX_CHUNK_EVENTS``) about 450 MiB;
+#: a chunk that declares more is refused before it is inflated. (What a whole file may
+#: inflate to is bounded by its size: ``fileformat.INFLATE_ALLOWANCE``.)
+MAX_CHUNK_META_BYTES = 1 << 30
+#: The most events a writer puts in one chunk (``max_pending``, ``save(chunk_events=)``),
+#: so every chunk it writes stays far below ``MAX_CHUNK_META_BYTES`` (~110 bytes an event).
+MAX_CHUNK_EVENTS = 1 << 22
 
 #: Integer fields the graph allocator fills with positions in its plan's buffers: never
 #: negative (ggml's are ``size_t``; no user value reaches them). A trace that says

@@ -28,7 +28,7 @@ from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.files import create_new
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
-from vizalloc.trace.chunk_decoder import ChunkDecoder
+from vizalloc.trace.chunk_decoder import MAX_CHUNK_EVENTS, ChunkDecoder
 from vizalloc.trace.fileformat import TraceFileWriter
 from vizalloc.trace.schema import SCHEMA
 from vizalloc.trace.value import Trace, TraceHeader
@@ -58,7 +58,8 @@ class TraceSession:
             With a file, what is kept is each chunk as written (11-30 bytes per event),
             decoded into events on the first ``.trace`` access.
         flush_interval_s: the longest time events wait before they are written.
-        max_pending: flush when this many events wait.
+        max_pending: flush when this many events wait (1 to 4,194,304: a chunk must stay
+            small enough for every reader, ``chunk_decoder.MAX_CHUNK_EVENTS``).
         compress_level: zlib level for the file's chunk metadata (None: no compression).
         compress_max_overhead: compress a chunk only when that is expected to cost at most
             this fraction of the time the program ran since the previous flush (the encoder
@@ -80,6 +81,8 @@ class TraceSession:
         compress_level: int | None = 1,
         compress_max_overhead: float | None = 0.02,
     ) -> None:
+        if not 1 <= max_pending <= MAX_CHUNK_EVENTS:
+            raise UsageError(f"max_pending must be 1 to {MAX_CHUNK_EVENTS:,} events (a chunk's most), got {max_pending}")
         if path is None and not keep_events:
             raise UsageError("trace(path=None, keep_events=False) would record nothing; give a path or keep the events")
         self.path = None if path is None else os.fspath(path)

@@ -19,6 +19,7 @@ from typing import Any
 from vizalloc.errors import UsageError
 from vizalloc.files import create_new
 from vizalloc.trace import events as ev
+from vizalloc.trace.chunk_decoder import MAX_CHUNK_EVENTS
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader, TraceFileWriter, read_trace
 from vizalloc.trace.value import Trace, TraceHeader
 
@@ -123,8 +124,11 @@ def read_header(path: PathLike) -> TraceHeader:
 
 def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 1,
          overwrite: bool = False) -> int:
-    """Write ``trace_`` to a new file ``path`` (an existing one only with ``overwrite``);
-    returns the bytes written."""
+    """Write ``trace_`` to a new file ``path`` (an existing one only with ``overwrite``) in
+    chunks of ``chunk_events`` (1 to ``chunk_decoder.MAX_CHUNK_EVENTS``); returns the bytes
+    written."""
+    if not 1 <= chunk_events <= MAX_CHUNK_EVENTS:
+        raise UsageError(f"chunk_events must be 1 to {MAX_CHUNK_EVENTS:,}, got {chunk_events}")
     events = trace_.events
     with create_new(path, overwrite=overwrite) as f:
         writer = TraceFileWriter(f, trace_.header, compress_level=compress_level)
