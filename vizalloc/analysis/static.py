@@ -20,7 +20,7 @@ from typing import Any
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis import rects as rects_mod
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, TensorRef, qlabel, tensor_ref
 from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
 from vizalloc.trace import events as ev
 
@@ -446,3 +446,24 @@ def check_replans(model: TraceModel, col: Collector) -> None:
             col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
                 HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
                 access_loc=first.loc, cause="churn", detail=CHURN_ADVICE), -1)
+
+
+def check_replay(model: TraceModel, col: Collector) -> None:
+    """``replay-mismatch``: every difference between a captured process and vizalloc's replay
+    of it (``ReplayMismatch`` events), one hazard per kind of difference, call and tensor."""
+    for e in model.replay_mismatches:
+        key = (HazardKind.REPLAY_MISMATCH, e.what, e.call, e.tensor_id)
+        if col.bump(key, e.seq, -1):
+            continue
+        tensor = tensor_ref(model, e.tensor_id, None) if e.tensor_id in model.tensors else None
+        what = {"offset": "placed", "buffer_size": "sized a buffer", "result": "returned",
+                "buffers": "made buffers"}.get(e.what, e.what)
+        detail = (f"ggml {e.ggml_version}'s {e.call} {what}: {e.observed}; vizalloc's replay: {e.replayed}. "
+                  "The trace keeps what the process did; report this difference (with the ggml version) as a "
+                  "vizalloc bug, or a ggml whose allocator rules vizalloc does not model yet")
+
+        def make(e: ev.ReplayMismatch = e, tensor: TensorRef | None = tensor, detail: str = detail) -> Hazard:
+            return Hazard(HazardKind.REPLAY_MISMATCH, e.seq, tensor, access=f"{e.call} ({e.what})",
+                          access_loc=e.loc, detail=detail, cause=e.what)
+
+        col.add(key, make, -1)
