@@ -19,7 +19,9 @@ that ggml reports as ``both_live`` is exactly a pair ``both_live`` says yes to h
 
 One addition for several backends (no golden case has them): an input copy the scheduler
 made for a split is written by its ``TensorCopy`` when the split starts, so as a node of
-the graph it is written at its own index, not at -1.
+the graph it is written at its own index, not at -1; the input it copies is read there
+(the scheduler puts a view of the input, with the input as its source, just before the
+copy: ggml's planner counts it as a consumer, so the input's bytes stay until then).
 
 ``compute_spans`` reads what the nodes did instead: a tensor written by node ``i`` is
 live from ``i``, one read before any write (inputs, weights, stale tensors) from -1; it
@@ -92,6 +94,13 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
             r = info.root
             if r not in first:
                 first[r] = i
+            for s in info.srcs:
+                if s >= 0:
+                    last[root_of(s)] = i
+        elif info.op == "NONE" and t not in copies and any(s >= 0 for s in info.srcs):
+            # the scheduler's dependency on a split input (a view of it with the input as
+            # source, just before the copy): the copy reads the input here, and ggml's
+            # planner keeps the input until then
             for s in info.srcs:
                 if s >= 0:
                     last[root_of(s)] = i
