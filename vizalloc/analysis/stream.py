@@ -39,7 +39,7 @@ from vizalloc.analysis.model import TraceModel, gc_paused
 from vizalloc.analysis.observe import ByteMapView, DictView, ListView, Observation, SetView
 from vizalloc.analysis.records import BindingInfo
 from vizalloc.analysis.repeat import Repetition, Shift, cut_steps, repetitions
-from vizalloc.analysis.static import BindingChecks, ReplanChecks
+from vizalloc.analysis.static import BindingChecks, ReplanChecks, check_replay
 from vizalloc.errors import VizallocError
 from vizalloc.trace import events as ev
 from vizalloc.trace.columns import ColumnBatch
@@ -359,7 +359,9 @@ class StreamAnalysis:
         """The hazards, sorted as ``find_hazards`` sorts them; the model shows skipped steps' objects."""
         self._open.clear()
         self._check_ended(None)
+        self.scan.finish()
         self.replans.finish()
+        check_replay(self.model, self.col)
         hazards = self.col.hazards()
         hazards.sort(key=Hazard.sort_key)
         if self.runs.runs:
