@@ -148,11 +148,11 @@ class Run:
             stale_seq, stale_reason = self.stale[pos]
         elif stale_seq != NEVER:
             stale_seq = self.seq(stale_seq, k)
-        return replace(
-            p, index=self.placement_no(p.index, k), tensor_id=self.id("tensor", p.tensor_id, k),
-            buffer_id=self.id("buffer", p.buffer_id, k), binding_id=self.id("binding", p.binding_id, k),
-            galloc_id=self.id("galloc", p.galloc_id, k), seq=self.seq(p.seq, k), end_seq=self.seq(p.end_seq, k),
-            stale_seq=stale_seq, stale_reason=stale_reason, alias=self.id("tensor", p.alias, k))
+        i = self.id
+        return Placement(self.placement_no(p.index, k), i("tensor", p.tensor_id, k), i("buffer", p.buffer_id, k),
+                         p.offset, p.nbytes, p.by, i("binding", p.binding_id, k), i("galloc", p.galloc_id, k),
+                         self.seq(p.seq, k), p.loc, self.seq(p.end_seq, k), p.end_reason, stale_seq, stale_reason,
+                         i("tensor", p.alias, k), p.pool)
 
     def _snapshot(self, g: GraphSnapshot | None, k: int) -> GraphSnapshot | None:
         if g is None:

@@ -220,16 +220,20 @@ def graph_dot(model: TraceModel, *, graph_id: int | None = None, binding_id: int
 def bindings_with(model: TraceModel, highlights: Sequence[Highlight]) -> list[int]:
     """For each finding, the latest binding that placed one of its tensors (where the collision
     happens); in finding order, without repeats. The default diagram shows the first."""
-    placed_by: dict[int, list[int]] = {}
-    for p in model.placements:
-        if p.binding_id >= 0:
-            placed_by.setdefault(p.tensor_id, []).append(p.binding_id)
     out: list[int] = []
+    placements = model.placements
+
+    def placed_by(t: int) -> list[int]:
+        info = model.tensors.get(t)
+        if info is None:
+            return []
+        return [b for b in (placements[i].binding_id for i in info.placements) if b >= 0]
+
     for h in highlights:
         if h.binding_id >= 0:
             found = [h.binding_id]
         else:
-            found = placed_by.get(h.tensor_id, []) + placed_by.get(h.other_id, [])
+            found = placed_by(h.tensor_id) + placed_by(h.other_id)
         if found and max(found) not in out:
             out.append(max(found))
     return out
