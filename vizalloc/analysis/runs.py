@@ -84,6 +84,7 @@ class Run:
             rule = self.shift.ids.get(kind)
             if rule is not None and ids:
                 self.ranges[kind] = (min(ids), rule[1], ids)
+        self._compute_order = {c: n for n, c in enumerate(tp.computes)}
 
     def span(self, kind: str) -> tuple[int, int] | None:
         """``[first, end)``: the ids of ``kind`` the skipped steps' objects may have."""
@@ -135,11 +136,12 @@ class Run:
 
     def tensor_info(self, t0: int, k: int) -> TensorInfo:
         info = self.template.tensors[t0]
-        return replace(
-            info, tensor_id=self.id("tensor", info.tensor_id, k), ctx_id=self.id("context", info.ctx_id, k),
-            srcs=tuple(self.id("tensor", s, k) for s in info.srcs), view_src=self.id("tensor", info.view_src, k),
-            copy_of=self.id("tensor", info.copy_of, k), created_seq=self.seq(info.created_seq, k),
-            history=info.history, placements=[self.placement_no(i, k) for i in info.placements])
+        i = self.id
+        return TensorInfo(i("tensor", info.tensor_id, k), i("context", info.ctx_id, k), info.name, info.dtype,
+                          info.ne, info.nb, info.op, info.op_params, tuple(self.tensor_ids(info.srcs, k)),
+                          i("tensor", info.view_src, k), info.view_offs, info.flags, i("tensor", info.copy_of, k),
+                          info.nbytes, self.seq(info.created_seq, k), info.created_loc, info.history,
+                          [self.placement_no(j, k) for j in info.placements])
 
     def placement(self, pos: int, k: int) -> Placement:
         p = self.template.placements[pos]
@@ -154,36 +156,42 @@ class Run:
                          self.seq(p.seq, k), p.loc, self.seq(p.end_seq, k), p.end_reason, stale_seq, stale_reason,
                          i("tensor", p.alias, k), p.pool)
 
+    def tensor_ids(self, ids: Sequence[int], k: int) -> list[int]:
+        """A list of tensor ids moved k steps."""
+        rule = self.shift.ids.get("tensor")
+        if rule is None:
+            return list(ids)
+        lo, d = rule[0], rule[1] * k
+        return [t + d if t >= lo else t for t in ids]
+
     def _snapshot(self, g: GraphSnapshot | None, k: int) -> GraphSnapshot | None:
         if g is None:
             return None
-        nodes = [self.id("tensor", t, k) for t in g.nodes]
-        leafs = [self.id("tensor", t, k) for t in g.leafs]
+        nodes = self.tensor_ids(g.nodes, k)
+        leafs = self.tensor_ids(g.leafs, k)
         return GraphSnapshot(self.id("graph", g.graph_id, k), nodes, len(nodes), leafs, len(leafs))
 
     def graph(self, g0: int, k: int) -> GraphInfo:
         g = self.template.graphs[g0]
-        return replace(g, graph_id=self.id("graph", g.graph_id, k), source_graph=self.id("graph", g.source_graph, k),
-                       created_seq=self.seq(g.created_seq, k), nodes=[self.id("tensor", t, k) for t in g.nodes],
-                       leafs=[self.id("tensor", t, k) for t in g.leafs],
-                       cleared_seqs=[self.seq(s, k) for s in g.cleared_seqs])
+        return GraphInfo(self.id("graph", g.graph_id, k), g.size, g.kind, self.id("graph", g.source_graph, k),
+                         self.seq(g.created_seq, k), g.created_loc, self.tensor_ids(g.nodes, k),
+                         self.tensor_ids(g.leafs, k), [self.seq(s, k) for s in g.cleared_seqs])
 
     def binding(self, b0: int, k: int) -> BindingInfo:
         b = self.template.bindings[b0]
-        return replace(b, binding_id=self.id("binding", b.binding_id, k), galloc_id=self.id("galloc", b.galloc_id, k),
-                       plan_id=self.id("plan", b.plan_id, k), graph_id=self.id("graph", b.graph_id, k),
-                       begin_seq=self.seq(b.begin_seq, k), graph=self._snapshot(b.graph, k),
-                       sched_id=self.id("sched", b.sched_id, k), end_seq=self.seq(b.end_seq, k),
-                       placements=[self.placement_no(i, k) for i in b.placements])
+        i = self.id
+        return BindingInfo(i("binding", b.binding_id, k), i("galloc", b.galloc_id, k), i("plan", b.plan_id, k),
+                           i("graph", b.graph_id, k), self.seq(b.begin_seq, k), b.loc, self._snapshot(b.graph, k),
+                           i("sched", b.sched_id, k), self.seq(b.end_seq, k), b.ok,
+                           [self.placement_no(j, k) for j in b.placements])
 
     def compute(self, c0: int, k: int) -> ComputeInfo:
         c = self.template.computes[c0]
-        order = list(self.template.computes).index(c0)
+        order = self._compute_order[c0]
         per = len(self.template.computes)
-        return replace(c, compute_id=self.id("compute", c.compute_id, k), graph_id=self.id("graph", c.graph_id, k),
-                       begin_seq=self.seq(c.begin_seq, k), graph=self._snapshot(c.graph, k),
-                       end_seq=self.seq(c.end_seq, k), wall_ns=int(self.wall_ns[(k - 1) * per + order]),
-                       nodes=c.nodes)
+        return ComputeInfo(self.id("compute", c.compute_id, k), self.id("graph", c.graph_id, k), c.backend,
+                           c.n_nodes, self.seq(c.begin_seq, k), c.loc, self._snapshot(c.graph, k),
+                           self.seq(c.end_seq, k), int(self.wall_ns[(k - 1) * per + order]), c.nodes)
 
     def record(self, kind: str, value: int) -> Any:
         """The record of a skipped step's object (None when ``value`` is not one)."""
