@@ -140,8 +140,10 @@ def analyse_file(path: str, label: str = "", command: str = "check") -> tuple[An
     with cut_said(command), open_reader(path) as reader, \
             progress_bar(f"analysing {label or path}") as progress, gc_paused():
         total = os.path.getsize(path)
-        for batch in iter_columns(reader, COLUMN_BATCH_EVENTS):
+        batches = iter_columns(reader, COLUMN_BATCH_EVENTS)
+        while (batch := next(batches, None)) is not None:
             stream.feed_columns(batch)
+            del batch  # before the next batch is read: one batch in memory at a time
             if progress is not None:
                 progress(reader.offset, total)
         reader.warn_if_incomplete()

@@ -230,10 +230,13 @@ def iter_columns(reader: TraceFileReader, max_events: int = BATCH_EVENTS) -> Ite
         if pending >= max_events:
             batch = _batch(reader, decoder, parts, done)
             done += batch.n
+            parts, pending = [], 0   # the chunks' bytes go before the batch is used
             yield batch
-            parts, pending = [], 0
+            del batch
     if parts:
-        yield _batch(reader, decoder, parts, done)
+        batch = _batch(reader, decoder, parts, done)
+        parts = []
+        yield batch
 
 
 def _batch(reader: TraceFileReader, decoder: ChunkDecoder, parts: list[ChunkParts], done: int) -> ColumnBatch:
