@@ -180,6 +180,55 @@ def test_repetitions_need_ids_to_move_alike() -> None:
     assert all(not (r.first < k <= r.last) for r in reps)
 
 
+def test_memory_stays_with_what_the_trace_keeps_alive_not_its_length() -> None:
+    """Four times the tokens of a decode loop, read 5,000 events at a time: the analysis' peak
+    memory barely grows. The skipped tokens' objects are one token's records per batch (each
+    batch starts its repetitions anew), one batch of columns is held at a time."""
+    import gc
+    import tracemalloc
+
+    from vizalloc.analysis.stream import StreamAnalysis
+
+    def peak(tokens: int) -> int:
+        f = trace_file(decode_loops.record("plain", tokens=tokens))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            stream = StreamAnalysis()
+            for b in iter_columns(TraceFileReader(f), 5000):
+                stream.feed_columns(b)
+                del b
+            stream.finish()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, big = peak(400), peak(1600)
+    assert big < 1.5 * small, (small, big)
+
+
+def test_a_trace_still_being_written_is_checked_up_to_its_last_frame(tmp_path: Any) -> None:
+    """A file without its end record (its writer still running, or killed): the stream analyses
+    every complete frame, and finds what the object path finds in the same events."""
+    import warnings
+
+    from vizalloc.trace.fileformat import TraceTruncatedWarning
+
+    events = decode_loops.record("free_after", tokens=8)
+    data = trace_file(events).getvalue()
+    cut = data[: data.rindex(b"VF") - 40]   # the end record and part of the last chunk gone
+    reader = TraceFileReader(io.BytesIO(cut))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, hazards = analyse_columns(iter_columns(reader, 1 << 20))
+        reader.warn_if_incomplete()
+    assert any(issubclass(w.category, TraceTruncatedWarning) for w in caught)
+    kept = events[:model.n_events]
+    assert 0 < len(kept) < len(events)
+    expected = build_model(kept)
+    assert outputs(model, hazards) == outputs(expected, find_hazards(expected))
+
+
 def compare_corpus(directory: str) -> int:
     """Compare both paths on every ``.vztrace`` in ``directory``; print the differing ones; the number of them."""
     import glob

@@ -116,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:
+        print(f"vizalloc {args.command}: error: out of memory: this process may not use the memory the command "
+              "needs (what it holds grows with the tensors and placements the trace keeps alive, not with its "
+              "length); free memory, raise the process' limit, or run it on a bigger machine", file=sys.stderr)
+        return 2
     except Exception:  # a bug, not the input: say so, and never exit 1 ("findings")
         import traceback
 

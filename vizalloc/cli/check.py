@@ -5,6 +5,7 @@
     vizalloc check run.vztrace --fail-on stale-overlap,use-after-reuse
     vizalloc check run.vztrace --fail-on all         # re-plans fail too
     vizalloc check run.vztrace --shadow              # prove it: replay computes with hazards
+    vizalloc check runs/ -j 8                        # every trace under runs/, 8 at a time
 
 ``--shadow`` re-runs every compute that has a use-after-reuse, uninitialized-read or
 clobbered-output hazard twice from the values captured at its start (traces recorded with
@@ -15,6 +16,15 @@ Exit codes: 0 no hazard of the ``--fail-on`` kinds (default: every kind but repl
 1 hazards of those kinds were found, 2 the trace cannot be read or the usage is wrong.
 Hazards of other kinds are still reported. On a terminal, long analyses show progress
 on stderr.
+
+Several traces (or directories: every ``*.vztrace`` under them) are checked each in its
+own process, ``-j N`` at a time, and reported in the order named; the exit code is the
+worst of them (``vizalloc/cli/fleet.py``).
+
+The trace is read as a stream, so its size is not bounded by memory: memory holds the
+analysis' model and one batch of events, and a step repeated with new ids (a decode
+loop's tokens) is analysed once and counted (``vizalloc.analysis.stream``). A trace still
+being written (or cut short) is checked up to its last complete frame, with a warning.
 """
 
 from __future__ import annotations
@@ -39,7 +49,12 @@ FAST_EXIT = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")
+    parser.add_argument("trace", metavar="TRACE", nargs="+",
+                        help="a trace file (.vztrace); several, or directories (every .vztrace under them), "
+                             "are checked one by one (see -j)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                        help="with several traces, check N at a time, each in its own process "
+                             "(default: 1; 0: one per CPU core)")
     parser.add_argument("--json", action="store_true", help="print the hazards as JSON")
     parser.add_argument("--fail-on", default=DEFAULT_FAIL_ON, metavar="KINDS",
                         help="comma-separated hazard kinds that make the exit code 1, 'all', or 'none' "
@@ -223,6 +238,13 @@ def execute(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on)
     if args.max_reports < 0:
         raise UsageError(f"--max-reports must be 0 or more, got {args.max_reports}")
+    import os
+
+    if len(args.trace) > 1 or os.path.isdir(args.trace[0]):
+        from vizalloc.cli import fleet
+
+        return fleet.execute(args.trace, args.jobs, fail_on, args.max_reports, args.shadow, args.json)
+    args.trace = args.trace[0]
     with _collector_paused() as analysed:
         if args.shadow:  # shadow execution replays computes: it needs the events
             model = load_model(args.trace)
