@@ -56,7 +56,9 @@ class Template:
 
 @dataclass
 class Run:
-    """``count`` skipped steps, the k-th (1-based) being ``template`` moved k times by ``shift``."""
+    """``count`` skipped steps, the k-th being ``template`` moved k times by ``shift``, for k from
+    ``first_k`` on. Runs of the same step later in the trace share its template (``first_k``
+    further on): one step's records per repeated step, however long the trace."""
 
     shift: Shift
     seq_move: int
@@ -73,6 +75,12 @@ class Run:
     # template placement position -> (stale seq, reason) set by a later re-plan / reset / free
     stale: dict[int, tuple[int, str]] = field(default_factory=dict)
     gallocs_bound: set[int] = field(default_factory=set)  # gallocs whose bound lists still hold them
+    first_k: int = 1
+    #: the template step's columns (to tell the same step in a later batch), what the step
+    #: observed as proof of independence, and which instance that observation was of
+    columns: Any = None
+    observed: Any = None
+    observed_at: int = 0
 
     # -- ids ------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -92,7 +100,7 @@ class Run:
         if r is None:
             return None
         lo, move, _ = r
-        return lo + move, lo + move * (self.count + 1)
+        return lo + move * self.first_k, lo + move * (self.first_k + self.count)
 
     def instance(self, kind: str, value: int) -> tuple[int, int] | None:
         """``(k, template id)`` when ``value`` is the id of an object of the k-th skipped step."""
@@ -104,7 +112,7 @@ class Run:
         if d < move:
             return None
         k, rest = divmod(d, move)
-        if k > self.count:
+        if k < self.first_k or k >= self.first_k + self.count:
             return None
         t = lo + rest
         return (k, t) if t in ids else None
@@ -119,7 +127,7 @@ class Run:
         if r is None:
             return iter(())
         move, ids = r[1], list(r[2])
-        return (t + move * k for k in range(1, self.count + 1) for t in ids)
+        return (t + move * k for k in range(self.first_k, self.first_k + self.count) for t in ids)
 
     def n(self, kind: str) -> int:
         return self.count * len(self._template_ids(kind))
@@ -191,7 +199,7 @@ class Run:
         per = len(self.template.computes)
         return ComputeInfo(self.id("compute", c.compute_id, k), self.id("graph", c.graph_id, k), c.backend,
                            c.n_nodes, self.seq(c.begin_seq, k), c.loc, self._snapshot(c.graph, k),
-                           self.seq(c.end_seq, k), int(self.wall_ns[(k - 1) * per + order]), c.nodes)
+                           self.seq(c.end_seq, k), int(self.wall_ns[(k - self.first_k) * per + order]), c.nodes)
 
     def record(self, kind: str, value: int) -> Any:
         """The record of a skipped step's object (None when ``value`` is not one)."""
@@ -206,6 +214,59 @@ class Run:
                 "compute": self.compute}[kind](t0, k)
 
 
+def continues(run: Run, template: Template, shift: Shift, seq_move: int, placement_move: int,
+              first_seq: int) -> int | None:
+    """How many steps after ``run``'s template a new template is, when it is that template moved
+    that many steps (same step, same moves, every record alike): the new run can share it."""
+    old = run.template
+    if (shift.ids.keys() != run.shift.ids.keys() or any(shift.ids[k][1] != run.shift.ids[k][1] for k in shift.ids)
+            or seq_move != run.seq_move or placement_move != run.placement_move or seq_move <= 0):
+        return None
+    j, rest = divmod(first_seq - run.first_seq, seq_move)
+    if rest or j <= 0 or len(template.tensors) != len(old.tensors) or len(template.placements) != len(
+            old.placements) or len(template.graphs) != len(old.graphs) or len(template.bindings) != len(
+            old.bindings) or len(template.computes) != len(old.computes):
+        return None
+    if template.first_placement != run.placement_no(old.first_placement, j):
+        return None
+    fresh = replace(run, stale={}, made={})
+    for t0 in old.tensors:
+        t = fresh.id("tensor", t0, j)
+        if template.tensors.get(t) != fresh.tensor_info(t0, j):
+            return None
+        state = old.state[t0]
+        moved = (None if state[0] is None else fresh.placement_no(state[0], j),
+                 None if state[1] is None else fresh.id("tensor", state[1], j), state[2],
+                 None if state[3] is None else fresh.placement_no(state[3], j), state[4],
+                 None if state[5] is None else fresh.seq(state[5], j),
+                 None if state[6] is None else fresh.seq(state[6], j),
+                 None if state[7] is None else fresh.id("tensor", state[7], j))
+        if template.state.get(t) != moved:
+            return None
+    for pos in range(len(old.placements)):
+        if template.placements[pos] != fresh.placement(pos, j):
+            return None
+    for g0 in old.graphs:
+        if template.graphs.get(fresh.id("graph", g0, j)) != fresh.graph(g0, j):
+            return None
+    for b0 in old.bindings:
+        if template.bindings.get(fresh.id("binding", b0, j)) != fresh.binding(b0, j):
+            return None
+    for c0 in old.computes:
+        c = template.computes.get(fresh.id("compute", c0, j))
+        if c is None or replace(c, wall_ns=0) != replace(_moved_compute(fresh, c0, j), wall_ns=0):
+            return None
+    if template.by_buffer != old.by_buffer or template.by_galloc != old.by_galloc:
+        return None
+    return j
+
+
+def _moved_compute(run: Run, c0: int, k: int) -> ComputeInfo:
+    c = run.template.computes[c0]
+    return ComputeInfo(run.id("compute", c.compute_id, k), run.id("graph", c.graph_id, k), c.backend, c.n_nodes,
+                       run.seq(c.begin_seq, k), c.loc, run._snapshot(c.graph, k), run.seq(c.end_seq, k), 0, c.nodes)
+
+
 class RunTable:
     """Every run of the analysis; what the builder asks about skipped steps goes through here."""
 
@@ -215,7 +276,7 @@ class RunTable:
 
     def add(self, run: Run) -> None:
         self.runs.append(run)
-        self._placement_starts.append(run.template.first_placement + run.placement_move)
+        self._placement_starts.append(run.template.first_placement + run.placement_move * run.first_k)
 
     def find(self, kind: str, value: int) -> tuple[Run, int, int] | None:
         for run in self.runs:
@@ -252,7 +313,7 @@ class RunTable:
         d = index - self._placement_starts[i]
         if run.placement_move and 0 <= d < run.placement_move * run.count:
             k, pos = divmod(d, run.placement_move)
-            return run, k + 1, pos
+            return run, k + run.first_k, pos
         return None
 
     # -- the builder's bulk operations --------------------------------------------------------
@@ -281,7 +342,7 @@ class RunTable:
 
     def _made_placements(self, run: Run, pos: int, placements: list[Any], rule: Any) -> None:
         """Apply a staleness rule to the placements of template position ``pos`` already made."""
-        for k in range(1, run.count + 1):
+        for k in range(run.first_k, run.first_k + run.count):
             idx = run.placement_no(run.template.placements[pos].index, k)
             p = placements[idx]
             if p is None:
@@ -481,7 +542,7 @@ class VirtualIds(list):  # type: ignore[type-arg]
         for pos in range(n_live + 1):
             while j < len(self.extra) and self.extra[j][0] <= pos:
                 _, run, positions = self.extra[j]
-                for k in range(1, run.count + 1):
+                for k in range(run.first_k, run.first_k + run.count):
                     for p in positions:
                         yield run.placement_no(run.template.placements[p].index, k)
                 j += 1

@@ -90,7 +90,7 @@ class StreamAnalysis:
         self.replans = ReplanChecks(self.model, self.col)
         # bindings begun and not ended, and ended ones waiting for them: the binding checks
         # run in begin order, as find_hazards runs them
-        self._open: dict[int, int] = {}
+        self._open_b: dict[int, int] = {}
         self._ended: list[tuple[int, int, BindingInfo]] = []
         self._checked: set[int] = set()
         self.repeat = repeat
@@ -101,6 +101,10 @@ class StreamAnalysis:
         #: steps skipped (counted, not analysed) and steps analysed while observed
         self.n_skipped_steps = 0
         self.n_observed_steps = 0
+        # column batches: the events carried into the next batch, and the run the carried step
+        # may continue (the run, the instance number that step would be)
+        self._carry: ColumnBatch | None = None
+        self._open: tuple[runs_mod.Run, int] | None = None
 
     # -- events ------------------------------------------------------------------------------
     def feed(self, events: Sequence[ev.Event]) -> None:
@@ -118,12 +122,12 @@ class StreamAnalysis:
 
     def binding(self, b: BindingInfo) -> None:
         self.replans.binding(b.galloc_id, b.binding_id, b.begin_seq)
-        self._open[id(b)] = b.begin_seq
+        self._open_b[id(b)] = b.begin_seq
 
     def bound(self, b: BindingInfo) -> None:
-        if self._open.pop(id(b), None) is not None:
+        if self._open_b.pop(id(b), None) is not None:
             heapq.heappush(self._ended, (b.begin_seq, b.binding_id, b))
-            self._check_ended(min(self._open.values(), default=None))
+            self._check_ended(min(self._open_b.values(), default=None))
 
     def changed(self, tensor_id: int) -> None:
         self.bindings.sigs.forget(tensor_id)
@@ -141,19 +145,56 @@ class StreamAnalysis:
 
     # -- columns -------------------------------------------------------------------------------
     def feed_columns(self, batch: ColumnBatch) -> None:
-        """The next events of the trace, as a column batch: repeated steps are counted, not analysed."""
+        """The next events of the trace, as a column batch: repeated steps are counted, not analysed.
+
+        A step never spans two batches here: the last step of a batch (it may go on in the
+        next one) is carried into the next batch; so is the last step of a repetition that
+        reaches the end of the batch, which keeps that run open: when the next batch goes on
+        with the same step, the run just grows.
+        """
         if not self.repeat:
             self.feed(batch.events())
             return
+        if self._carry is not None:
+            batch = ColumnBatch.join(self._carry, batch)
+            self._carry = None
+        self._columns(batch, final=False)
+
+    def _columns(self, batch: ColumnBatch, final: bool) -> None:
         steps = cut_steps(batch)
+        carry_from = batch.n
+        # the last step may go on in the next batch (a trailing read, the rest of a compute)
+        if not final and len(steps) >= 2 and steps[-1][1] - steps[-1][0] <= batch.n // 2:
+            carry_from = steps[-1][0]
+            steps = steps[:-1]
+        last_step = len(steps) - 1 if not final else -1
+        reps = repetitions(batch, steps, min_steps=2)
         pos = 0
-        for rep in repetitions(batch, steps, min_steps=4):
+        if self._open is not None:
+            run, k = self._open
+            self._open = None
+            first = reps[0] if reps and reps[0].first == 0 else None
+            if first is not None and _moves_alike(first.shift, run) and _same_step(run, k, batch, *steps[0]):
+                pos, carry = self._grow(batch, steps, first, run, k, last_step)
+                carry_from = min(carry_from, carry)
+                reps = reps[1:]
+            else:
+                self._last_of_run(batch, steps[0], run, k)
+                pos = steps[0][1]
+                if reps and reps[0].first == 0:
+                    reps[0] = Repetition(1, reps[0].last, reps[0].shift)
+        for rep in reps:
+            if rep.n_steps < 4:
+                continue
             lo = steps[rep.first][0]
             if lo > pos:
                 self._literal(batch, pos, lo)
-            pos = self._repetition(batch, steps, rep)
-        if pos < batch.n:
-            self._literal(batch, pos, batch.n)
+            pos, carry = self._repetition(batch, steps, rep, last_step)
+            carry_from = min(carry_from, carry)
+        if pos < carry_from:
+            self._literal(batch, pos, carry_from)
+        if carry_from < batch.n:
+            self._carry = batch.part(carry_from)
 
     def _literal(self, batch: ColumnBatch, lo: int, hi: int) -> None:
         # in pieces: a big batch of events that do not repeat must not become objects all at once
@@ -163,14 +204,16 @@ class StreamAnalysis:
                 self._materialize_refs(batch, a, z)
             self.feed(batch.events(a, z))
 
-    def _repetition(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition) -> int:
-        """Analyse (or skip) a repetition's steps; returns the batch position after it."""
+    def _repetition(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition,
+                     last_step: int) -> tuple[int, int]:
+        """Analyse (or skip) a repetition's steps: (the batch position after what was done, where the
+        carry into the next batch starts: ``batch.n`` for none)."""
         shift = rep.shift
         lo0, hi0 = steps[rep.first]
         end = steps[rep.last][1]
         if not set(np.unique(batch.kind_of[lo0:hi0]).tolist()) <= REPEATABLE:
             self._literal(batch, lo0, end)
-            return end
+            return end, batch.n
         prev: tuple[Observation, dict[str, int]] | None = None
         i = rep.first
         attempts = 0
@@ -178,7 +221,7 @@ class StreamAnalysis:
         # one step to skip and a last one to analyse
         while rep.last - i >= 2 and attempts < _ATTEMPTS:
             lo, hi = steps[i]
-            if self._open or self._ended:  # a binding check waits: steps are not independent
+            if self._open_bindings():  # a binding check waits: steps are not independent
                 self._literal(batch, lo, hi)
                 prev = None
                 i += 1
@@ -188,12 +231,14 @@ class StreamAnalysis:
             seen = self._observed(batch, lo, hi)
             attempts += 1
             if seen is not None and prev is not None and _independent(prev, seen, shift):
-                self._skip(batch, steps, i, rep, seen)
-                return end
+                return self._skip(batch, steps, i, rep, seen, last_step)
             prev = seen
             i += 1
         self._literal(batch, steps[i][0], end)
-        return end
+        return end, batch.n
+
+    def _open_bindings(self) -> bool:
+        return bool(self._open_b or self._ended)
 
     def _observed(self, batch: ColumnBatch, lo: int, hi: int) -> tuple[Observation, dict[str, int]] | None:
         """Analyse events ``lo..hi`` while noting what they read; None when they found something
@@ -264,53 +309,97 @@ class StreamAnalysis:
         out["replan_bindings"] = sum(e[0] for e in self.replans.bindings.values())
         out["replan_state"] = len(self.replans.planned) + len(self.replans.waiting) + len(self.replans.per_galloc)
         out["checked"] = len(self._checked)
-        out["open"] = len(self._open) + len(self._ended)
+        out["open"] = len(self._open_b) + len(self._ended)
         return out
 
     def _skip(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], i: int, rep: Repetition,
-              seen: tuple[Observation, dict[str, int]]) -> None:
+              seen: tuple[Observation, dict[str, int]], last_step: int) -> tuple[int, int]:
         """Steps ``i - 1`` and ``i`` were analysed and read the same: count steps ``i + 1 ..
-        rep.last - 1``, analyse the last one (observed, and checked against step ``i``)."""
+        rep.last - 1``, then analyse the last one (observed, and checked against step ``i``), or,
+        when it is the batch's last step, carry it: the next batch may go on with the same step."""
         m, b, s = self.model, self.builder, self.scan
         lo, hi = steps[i]
         shift = rep.shift
-        count = rep.last - i - 1
         created = _created(batch, lo, hi)
         growth = seen[1]
         first_placement = len(m.placements) - growth["placements"]
         template = runs_mod.capture(created["tensor"], created["graph"], created["binding"], created["compute"],
                                     first_placement, growth["placements"], m, b, s)
-        n_events = hi - lo
-        skip_lo, skip_hi = steps[i + 1][0], steps[rep.last][0]
-        ce = batch.of(ev.ComputeEnd)
-        a, z = np.searchsorted(ce.index, [skip_lo, skip_hi]).tolist()
-        run = runs_mod.Run(shift, shift.seq, template, count, n_events, batch.seq_at(lo), growth["placements"],
-                           ce.col("wall_ns")[a:z].copy())
+        first_seq = batch.seq_at(lo)
+        prev = self.runs.runs[-1] if self.runs.runs else None
+        j = None if prev is None else runs_mod.continues(prev, template, shift, shift.seq, growth["placements"],
+                                                           first_seq)
+        if prev is not None and j is not None:
+            # the same step as an earlier run's template, moved j steps: share that template
+            run = runs_mod.Run(prev.shift, prev.seq_move, prev.template, 0, hi - lo, prev.first_seq,
+                               prev.placement_move, np.zeros(0, dtype=np.int64), first_k=j + 1)
+            run.columns = prev.columns
+        else:
+            j = 0
+            run = runs_mod.Run(shift, shift.seq, template, 0, hi - lo, first_seq, growth["placements"],
+                               np.zeros(0, dtype=np.int64))
+            run.columns = batch.part(lo, hi)
+        run.observed, run.observed_at = seen, j
         run.insert_at = {"tensors": len(m.tensors), "graphs": len(m.graphs), "bindings": len(m.bindings),
                          "computes": len(m.computes)}
-        for buf in template.by_buffer:
+        for buf in run.template.by_buffer:
             run.insert_at[f"buffer{buf}"] = len(m.buffers[buf].placements)
-        run.gallocs_bound = set(template.by_galloc)
+        run.gallocs_bound = set(run.template.by_galloc)
         self.runs.add(run)
-        # what the skipped steps add to counters and lists that only grow
-        n_placements = count * growth["placements"]
+        self._count(run, batch, steps[i + 1][0], steps[rep.last][0], rep.last - i - 1)
+        return self._after_skipped(batch, steps, rep, run, run.first_k + run.count, last_step)
+
+    def _count(self, run: runs_mod.Run, batch: ColumnBatch, lo: int, hi: int, count: int) -> None:
+        """Count ``count`` more steps (events ``lo..hi``) into ``run``: what they add to counters and
+        to lists that only grow, their computes' times."""
+        m, s = self.model, self.scan
+        ce = batch.of(ev.ComputeEnd)
+        a, z = np.searchsorted(ce.index, [lo, hi]).tolist()
+        run.wall_ns = np.concatenate([run.wall_ns, ce.col("wall_ns")[a:z]])
+        run.count += count
+        n_placements = count * run.placement_move
         m.placements.extend([None] * n_placements)
         s.next_placement += n_placements
-        m.n_streamed += count * n_events
+        m.n_streamed += hi - lo
         per_galloc: dict[int, int] = {}
-        for bi in template.bindings.values():
+        for bi in run.template.bindings.values():
             per_galloc[bi.galloc_id] = per_galloc.get(bi.galloc_id, 0) + 1
         for g, n in per_galloc.items():
             self.replans.bindings[g][0] += n * count
         self.n_skipped_steps += count
-        # the last step: analysed, and it must read what step i read
-        last_lo, last_hi = steps[rep.last]
-        checked = self._observed(batch, last_lo, last_hi)
-        if checked is None or not _independent(seen, checked, _times(shift, count + 1)):
+
+    def _after_skipped(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition,
+                       run: runs_mod.Run, k: int, last_step: int) -> tuple[int, int]:
+        """The repetition's last step (instance ``k`` of ``run``): carried when the batch ends with it,
+        else analysed and checked."""
+        if rep.last == last_step:
+            self._open = (run, k)
+            return steps[rep.last][0], steps[rep.last][0]
+        self._last_of_run(batch, steps[rep.last], run, k)
+        return steps[rep.last][1], batch.n
+
+    def _grow(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition, run: runs_mod.Run,
+              k: int, last_step: int) -> tuple[int, int]:
+        """The batch goes on with the open run's step: its repetition's steps but the last are counted."""
+        self._count(run, batch, steps[0][0], steps[rep.last][0], rep.last)
+        return self._after_skipped(batch, steps, rep, run, k + rep.last, last_step)
+
+    def _last_of_run(self, batch: ColumnBatch, step: tuple[int, int], run: runs_mod.Run, k: int) -> None:
+        """Analyse a run's last step (instance ``k``): it must read what the run's observed step read."""
+        if self.runs.runs:
+            self._materialize_refs(batch, *step)
+        checked = self._observed(batch, *step)
+        if checked is None or not _independent(run.observed, checked, _times(run.shift, k - run.observed_at)):
             raise RepetitionError(
-                f"the repetition of {rep.n_steps} steps from seq {batch.seq_at(steps[rep.first][0])} did not "
-                "repeat: its last step read other state than the ones before it; analyse the trace without "
-                "skipping repetitions (repeat=False) and report this")
+                f"the repetition that ends at seq {batch.seq_at(step[0])} did not repeat: its last step read other "
+                "state than the ones before it; analyse the trace without skipping repetitions (repeat=False) "
+                "and report this")
+
+    def _end_columns(self) -> None:
+        """No more batches: the carried events (an open run's last step, the trace's last events)."""
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            self._columns(carry, final=True)
 
     def _materialize_refs(self, batch: ColumnBatch, lo: int, hi: int) -> None:
         """Make live the skipped steps' objects that events ``lo..hi`` name (and what those name)."""
@@ -357,7 +446,8 @@ class StreamAnalysis:
     # -- the end -------------------------------------------------------------------------------
     def finish(self) -> list[Hazard]:
         """The hazards, sorted as ``find_hazards`` sorts them; the model shows skipped steps' objects."""
-        self._open.clear()
+        self._end_columns()
+        self._open_b.clear()
         self._check_ended(None)
         self.scan.finish()
         self.replans.finish()
@@ -392,6 +482,43 @@ def _created(batch: ColumnBatch, lo: int, hi: int) -> dict[str, list[int]]:
         a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
         out[kind] = list(dict.fromkeys(kc.col(fname)[a:z].tolist()))
     return out
+
+
+def _moves_alike(shift: Shift, run: runs_mod.Run) -> bool:
+    """Whether a repetition's steps move as the run's do (same amounts per id kind and seq)."""
+    return (shift.seq == run.seq_move and shift.ids.keys() == run.shift.ids.keys()
+            and all(shift.ids[k][1] == run.shift.ids[k][1] for k in shift.ids))
+
+
+def _same_step(run: runs_mod.Run, k: int, batch: ColumnBatch, lo: int, hi: int) -> bool:
+    """Whether events ``lo..hi`` are the run's template step moved ``k`` steps (ids, seq; times aside)."""
+    t = run.columns
+    if hi - lo != t.n or not np.array_equal(batch.kind_of[lo:hi], t.kind_of):
+        return False
+    part = batch.part(lo, hi)
+    for cls, tk in t.by_kind.items():
+        pk = part.by_kind.get(cls)
+        if pk is None or not np.array_equal(pk.seq, tk.seq + run.seq_move * k):
+            return False
+        name = cls.__name__
+        for field in tk.plan.schema.fields:
+            if (name, field) in ev.TIME_FIELDS:
+                continue
+            kind = ev.ID_FIELDS.get(field)
+            pairs = [(tk.cols[field], pk.cols[field], None)]
+            if field in tk.items:
+                pairs.append((tk.items[field][1], pk.items[field][1], kind))
+                pairs[0] = (tk.cols[field], pk.cols[field], None)   # the counts are plain values
+            else:
+                pairs = [(tk.cols[field], pk.cols[field], kind)]
+            for tv, pv, kd in pairs:
+                if len(tv) != len(pv):
+                    return False
+                rule = run.shift.ids.get(kd) if kd is not None else None
+                expected = tv if rule is None else np.where(tv >= rule[0], tv + rule[1] * k, tv)
+                if not np.array_equal(expected, pv):
+                    return False
+    return True
 
 
 def _times(shift: Shift, k: int) -> Shift:

@@ -133,6 +133,68 @@ class ColumnBatch:
                     item_pos += col
             self.by_kind[cls] = kc
 
+    @classmethod
+    def _empty(cls, decoder: ChunkDecoder, n: int, first_index: int, blob: bytes) -> ColumnBatch:
+        batch = cls.__new__(cls)
+        batch.decoder = decoder
+        batch.n = n
+        batch.first_index = first_index
+        batch.blob = blob
+        batch.kind_of = np.zeros(n, dtype=np.uint8)
+        batch.pos = np.zeros(n, dtype=np.int64)
+        batch.by_kind = {}
+        batch.strings = decoder._string_array
+        batch.locs = decoder._loc_array
+        return batch
+
+    def part(self, lo: int, hi: int | None = None) -> ColumnBatch:
+        """The batch's events ``lo..hi`` as a batch of their own (copied: this one can go)."""
+        hi = self.n if hi is None else hi
+        out = ColumnBatch._empty(self.decoder, hi - lo, self.first_index + lo, self.blob)
+        out.kind_of[:] = self.kind_of[lo:hi]
+        for cls, kc in self.by_kind.items():
+            a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
+            if a == z:
+                continue
+            part = KindColumns(cls, kc.plan, kc.index[a:z] - lo, kc.seq[a:z].copy(), kc.t_ns[a:z].copy(),
+                               kc.loc[a:z].copy(), {n: c[a:z].copy() for n, c in kc.cols.items()})
+            for name, (starts, values) in kc.items.items():
+                part.items[name] = (starts[a:z + 1] - starts[a], values[int(starts[a]):int(starts[z])].copy())
+            for name, at in kc.blobs.items():
+                part.blobs[name] = at[a:z].copy()
+            out.by_kind[cls] = part
+            out.pos[part.index] = np.arange(len(part.index))
+        return out
+
+    @staticmethod
+    def join(first: ColumnBatch, second: ColumnBatch) -> ColumnBatch:
+        """``first``'s events followed by ``second``'s, as one batch (both from the same file, in order)."""
+        out = ColumnBatch._empty(second.decoder, first.n + second.n, first.first_index, first.blob + second.blob)
+        out.kind_of[:first.n] = first.kind_of
+        out.kind_of[first.n:] = second.kind_of
+        for cls in list(dict.fromkeys([*first.by_kind, *second.by_kind])):
+            a, b = first.by_kind.get(cls), second.by_kind.get(cls)
+            if a is None or b is None:
+                only = a if a is not None else b
+                assert only is not None
+                shift = 0 if a is not None else first.n
+                kc = KindColumns(cls, only.plan, only.index + shift, only.seq, only.t_ns, only.loc, dict(only.cols),
+                                 dict(only.items), {n: v + (0 if a is not None else len(first.blob))
+                                                    for n, v in only.blobs.items()})
+            else:
+                kc = KindColumns(cls, a.plan, np.concatenate([a.index, b.index + first.n]),
+                                 np.concatenate([a.seq, b.seq]), np.concatenate([a.t_ns, b.t_ns]),
+                                 np.concatenate([a.loc, b.loc]),
+                                 {n: np.concatenate([a.cols[n], b.cols[n]]) for n in a.cols})
+                for name, (sa, va) in a.items.items():
+                    sb, vb = b.items[name]
+                    kc.items[name] = (np.concatenate([sa, sb[1:] + sa[-1]]), np.concatenate([va, vb]))
+                for name, at in a.blobs.items():
+                    kc.blobs[name] = np.concatenate([at, b.blobs[name] + len(first.blob)])
+            out.by_kind[cls] = kc
+            out.pos[kc.index] = np.arange(len(kc.index))
+        return out
+
     def of(self, cls: type[ev.Event]) -> KindColumns:
         """The columns of one kind (empty columns when the batch has none)."""
         kc = self.by_kind.get(cls)
