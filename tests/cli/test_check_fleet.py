@@ -71,5 +71,5 @@ def test_clean_traces_pass(fleet: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_usage_errors(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(tmp_path), str(fleet)]) == 2
-    assert "without any .vztrace file" in capsys.readouterr().err
+    assert "is a directory, not a trace file, and holds no .vztrace file" in capsys.readouterr().err
     assert main(["check", str(fleet), "-j", "-1"]) == 2

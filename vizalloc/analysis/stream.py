@@ -70,7 +70,7 @@ _ATTEMPTS = 4
 LITERAL_EVENTS = 1 << 16
 #: events per column batch: every batch starts repetitions anew (their first steps are analysed
 #: and observed), so batches are big; their columns take ~100 bytes per event while read
-COLUMN_BATCH_EVENTS = 1 << 20
+COLUMN_BATCH_EVENTS = 1 << 18
 
 
 class RepetitionError(VizallocError):

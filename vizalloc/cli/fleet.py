@@ -43,7 +43,7 @@ def expand(paths: Sequence[str]) -> list[str]:
         if os.path.isdir(p):
             found = sorted(str(x) for x in Path(p).rglob("*.vztrace") if x.is_file())
             if not found:
-                raise UsageError(f"{p} is a directory without any .vztrace file in it")
+                raise UsageError(f"{p} is a directory, not a trace file, and holds no .vztrace file to check")
             out += found
         else:
             out.append(p)
