@@ -85,6 +85,8 @@ class Builder:
         """The next events (``keep_events=False``): the model grows, the events are not kept."""
         self._run(events, 0, len(events))
         self.m.n_streamed += len(events)
+        if events:
+            self.m.streamed_last_seq = events[-1].seq
 
     def _run(self, events: list[ev.Event], lo: int, hi: int) -> None:
         m = self.m

@@ -63,8 +63,10 @@ class TraceModel:
     captured: list[ev.ProcessCaptured] = field(default_factory=list)
     #: where vizalloc's replay of a captured process disagreed with it
     replay_mismatches: list[ev.ReplayMismatch] = field(default_factory=list)
-    #: events a streaming build was fed without keeping them (``build.Builder.feed``)
+    #: events a streaming build was fed without keeping them (``build.Builder.feed``), and the
+    #: seq of the last of them
     n_streamed: int = 0
+    streamed_last_seq: int = 0
     _seq_index: dict[int, int] | None = None
     _map_index: dict[int, Any] | None = None
 
@@ -175,6 +177,11 @@ class TraceModel:
     @property
     def n_events(self) -> int:
         return len(self.events) + self.n_streamed
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the trace's last event (0 for none)."""
+        return self.events[-1].seq if self.events else self.streamed_last_seq
 
     @property
     def streamed(self) -> bool:

@@ -105,12 +105,18 @@ class StreamAnalysis:
         # may continue (the run, the instance number that step would be)
         self._carry: ColumnBatch | None = None
         self._open: tuple[runs_mod.Run, int] | None = None
+        #: told of every event analysed (in order), and of skipped steps: ``on_skipped(run, k, count)``
+        #: (steps k .. k + count - 1 of the run), between the events before and after them
+        self.on_events: Any = None
+        self.on_skipped: Any = None
 
     # -- events ------------------------------------------------------------------------------
     def feed(self, events: Sequence[ev.Event]) -> None:
         """The next events of the trace."""
         self.builder.feed(list(events) if not isinstance(events, list) else events)
         self.scan.feed(events)
+        if self.on_events is not None:
+            self.on_events(events)
 
     # the builder tells these as it meets the events (``Builder.hooks``): a binding is checked
     # right at its end, with its tensors as they are then
@@ -356,7 +362,10 @@ class StreamAnalysis:
         ce = batch.of(ev.ComputeEnd)
         a, z = np.searchsorted(ce.index, [lo, hi]).tolist()
         run.wall_ns = np.concatenate([run.wall_ns, ce.col("wall_ns")[a:z]])
+        k = run.first_k + run.count
         run.count += count
+        if hi > lo:
+            m.streamed_last_seq = batch.seq_at(hi - 1)
         n_placements = count * run.placement_move
         m.placements.extend([None] * n_placements)
         s.next_placement += n_placements
@@ -367,6 +376,8 @@ class StreamAnalysis:
         for g, n in per_galloc.items():
             self.replans.bindings[g][0] += n * count
         self.n_skipped_steps += count
+        if self.on_skipped is not None:
+            self.on_skipped(run, k, count)
 
     def _after_skipped(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition,
                        run: runs_mod.Run, k: int, last_step: int) -> tuple[int, int]:

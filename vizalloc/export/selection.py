@@ -55,7 +55,7 @@ class Selection:
 
 
 def last_seq(model: TraceModel) -> int:
-    return model.events[-1].seq if model.events else 0
+    return model.last_seq
 
 
 def _user_graph(model: TraceModel, graph_id: int) -> int:

@@ -25,7 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from vizalloc.errors import VizallocError
-from vizalloc.tui.data import Analysis, analyse, read_events
+from vizalloc.tui.data import STREAM_BYTES, Analysis, analyse, analyse_streamed, read_events
 from vizalloc.tui.inert import inert, inert_text
 from vizalloc.tui.messages import LoadFailed, LoadProgress, TraceAnalysed
 from vizalloc.tui.screens.base import set_static
@@ -149,6 +149,14 @@ class VizallocApp(App[None]):
         try:
             src = self.source
             header = None
+            if isinstance(src, (str, os.PathLike)) and os.path.getsize(src) > STREAM_BYTES:
+                # too big to hold as events: analysed as a stream, the timeline growing as it reads
+                analysis = analyse_streamed(src, self.scan, lambda d, t: self.post_message(
+                    LoadProgress("read", d, t)), on_cut=self._cut_short,
+                    progress=lambda p, d, t: self.post_message(LoadProgress(p, d, t)))
+                count_hazards(self.scan.steps, analysis.hazards)
+                self.post_message(TraceAnalysed(analysis))
+                return
             if isinstance(src, (str, os.PathLike)):
                 events, header = read_events(src, self.scan, lambda d, t: self.post_message(
                     LoadProgress("read", d, t)), on_cut=self._cut_short)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,9 @@ from vizalloc.analysis.model import TraceModel, build_model
 from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
-from vizalloc.tui.tensors import TensorOrder, TensorRows, build_tensor_rows
+from vizalloc.tui.tensors import (
+    RepeatedOrder, RepeatedRows, TensorOrder, TensorRows, build_repeated_rows, build_tensor_rows,
+)
 
 #: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
 Progress = Callable[[str, int, int], None]
@@ -42,7 +45,7 @@ class Analysis:
 
     model: TraceModel
     hazards: list[Hazard]
-    tensors: TensorRows
+    tensors: TensorRows | RepeatedRows
     header: Any = None
     tensor_order: TensorOrder = field(init=False)
     _maps: OrderedDict[int, BindingMap] = field(default_factory=OrderedDict)
@@ -50,7 +53,8 @@ class Analysis:
     _inplace: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.tensor_order = TensorOrder(self.tensors)
+        self.tensor_order = (RepeatedOrder(self.tensors) if isinstance(self.tensors, RepeatedRows)
+                             else TensorOrder(self.tensors))
         self._binding_seqs = sorted((b.begin_seq, b.binding_id) for b in self.model.bindings.values())
 
     def binding_map(self, binding_id: int) -> BindingMap:
@@ -142,6 +146,67 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
             else:
                 warnings.warn(cut, stacklevel=2)
         return events, reader.header
+
+
+#: Trace files bigger than this are analysed as a stream (``analyse_streamed``): the model
+#: keeps no events (no tensor histories), steps repeated with new ids are analysed once.
+STREAM_BYTES = 32 << 20
+#: Events per column batch when a trace is analysed as a stream: the timeline shows the steps
+#: of the first batch while the rest is read.
+STREAM_BATCH_EVENTS = 1 << 16
+
+
+def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
+                     on_cut: Callable[[str], None] | None = None, progress: Progress | None = None) -> Analysis:
+    """Read and analyse a big trace file as a stream (``vizalloc.analysis.stream``), feeding the
+    pre-scan with every step, analysed or counted; memory holds the model and a batch of columns.
+
+    Raises:
+        UsageError: the file cannot be read.
+        TraceFormatError: not a trace, damaged, or cut before its first complete frame.
+    """
+    import warnings
+
+    from vizalloc.analysis.stream import StreamAnalysis
+    from vizalloc.errors import TraceFormatError, UsageError
+    from vizalloc.trace.columns import iter_columns
+    from vizalloc.trace.fileformat import TraceFileReader
+
+    try:
+        total = os.path.getsize(path)
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with block below
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+    stream = StreamAnalysis()
+    stream.on_events = scan.feed
+    stream.on_skipped = scan.feed_run
+    with f, collector_paused(lambda: True):
+        reader = TraceFileReader(f, os.fspath(path))
+        batches = iter_columns(reader, STREAM_BATCH_EVENTS)
+        while (batch := next(batches, None)) is not None:
+            stream.feed_columns(batch)
+            del batch
+            if on_batch is not None:
+                on_batch(reader.offset, total)
+            time.sleep(0)
+        cut = reader.truncation()
+        if cut is not None:
+            if cut.n_frames == 0:
+                raise TraceFormatError(f"{cut}; there is nothing to show yet")
+            if on_cut is not None:
+                on_cut(str(cut))
+            else:
+                warnings.warn(cut, stacklevel=2)
+        if progress:
+            progress("hazards", 0, 1)
+        hazards = stream.finish()
+        model = stream.model
+        if progress:
+            progress("tensors", 0, 1)
+        rows = build_repeated_rows(model, stream.runs.runs)
+        analysis = Analysis(model, hazards, rows, reader.header)
+        analysis.tensor_order.warm()
+    return analysis
 
 
 @contextmanager

@@ -128,7 +128,7 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
         KeyError: no such binding.
     """
     b = model.bindings[binding_id]
-    cut = b.end_seq if b.end_seq != NEVER else (model.events[-1].seq if model.events else 0)
+    cut = b.end_seq if b.end_seq != NEVER else model.last_seq
     snap = b.graph if b.graph is not None else model.graphs[b.graph_id].snapshot()
     n = snap.n_nodes
     by_buffer = placed_roots(model, snap, b.plan_id, cut)

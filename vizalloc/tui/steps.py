@@ -130,6 +130,34 @@ class Prescan:
         return len(steps)
 
 
+    def feed_run(self, run: Any, k: int, count: int) -> int:
+        """Steps ``k .. k + count - 1`` of a run of repeated steps (``vizalloc.analysis.runs.Run``)
+        the stream analysis counted without analysing: their bindings and computes, as ``feed``
+        would have found them in their events."""
+        steps = self.steps
+        tp = run.template
+        moments: list[tuple[int, str, int]] = sorted(
+            [(b.begin_seq, "binding", b0) for b0, b in tp.bindings.items()]
+            + [(c.begin_seq, "compute", c0) for c0, c in tp.computes.items()])
+        graph_nodes = {g0: len(g.nodes) for g0, g in tp.graphs.items()}
+        for j in range(k, k + count):
+            for _, what, x0 in moments:
+                if what == "binding":
+                    b = run.binding(x0, j)
+                    n = graph_nodes.get(run.template.bindings[x0].graph_id, self.graph_nodes.get(b.graph_id, 0))
+                    s = Step(b.begin_seq, StepKind.BINDING, b.binding_id, b.graph_id, n, b.galloc_id, b.plan_id,
+                             b.binding_id, self._plan_sizes.get(b.plan_id, ()), f"plan #{b.plan_id}", loc=b.loc)
+                    self._last_binding = b.binding_id
+                    steps.append(s)
+                else:
+                    c = run.compute(x0, j)
+                    steps.append(Step(c.begin_seq, StepKind.COMPUTE, c.compute_id, c.graph_id, c.n_nodes,
+                                      binding_id=self._last_binding, detail=f"on {c.backend}", wall_ns=c.wall_ns,
+                                      loc=c.loc))
+        self.n_events += count * run.n_events
+        return len(steps)
+
+
 def count_hazards(steps: Sequence[Step], hazards: Iterable[Any]) -> None:
     """Set ``n_hazards`` of each step.
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import TensorInfo
 from vizalloc.export.units import fmt_shape, trimmed_shape
 from vizalloc.trace import events as ev
 
@@ -97,63 +98,177 @@ def build_tensor_rows(model: TraceModel, *, progress: Callable[[int, int], None]
     stale = stale_tensors(model)
     inplace = {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
     rows = TensorRows()
-    events = model.events
-    placements = model.placements
-    node_compute = ev.NodeCompute
     total = len(model.tensors)
     tensors = model.tensors
     # ids, not (id, info) pairs: sorting 500,000 ints that are nearly in order holds the GIL
     # for a few ms, the pairs for ~40
     for k, tid in enumerate(sorted(tensors)):
-        info = tensors[tid]
-        rows.row_of[tid] = len(rows.ids)
-        rows.ids.append(tid)
-        rows.names.append(info.name)
-        rows.ops.append(info.op)
-        rows.shapes.append(shape_text(info.ne))
-        rows.dtypes.append(info.dtype)
-        if info.placements:
-            p = placements[info.placements[-1]]
-            rows.buffers.append(p.buffer_id)
-            rows.offsets.append(p.offset)
-            by_pool = any(placements[i].by in _POOL for i in info.placements)
-        else:
-            rows.buffers.append(-1)
-            rows.offsets.append(-1)
-            by_pool = False
-        rows.nbytes.append(info.nbytes)
-        # history is in event order: the first and last compute touching it are near the ends
-        first = last = -1
-        hist = info.history
-        for idx in hist:
-            e = events[idx]
-            if type(e) is node_compute:
-                first = e.seq
-                break
-        if first >= 0:
-            for idx in reversed(hist):
-                e = events[idx]
-                if type(e) is node_compute:
-                    last = e.seq
-                    break
-        rows.first_use.append(first)
-        rows.last_use.append(last)
-        if tid in stale:
-            state = TensorState.STALE
-        elif info.is_view:
-            state = TensorState.VIEW
-        elif tid in inplace:
-            state = TensorState.INPLACE
-        elif not info.placements:
-            state = TensorState.NONE
-        elif by_pool:
-            state = TensorState.FRESH
-        else:
-            state = TensorState.EXTERNAL
-        rows.states.append(state)
+        _add_row(rows, model, tid, tensors[tid], stale, inplace)
         if progress is not None and k % 65536 == 65535:
             progress(k + 1, total)
     return rows
+
+
+def _add_row(rows: TensorRows, model: TraceModel, tid: int, info: TensorInfo, stale: set[int],
+             inplace: set[int]) -> None:
+    """Append tensor ``tid``'s row."""
+    placements = model.placements
+    events = model.events
+    rows.row_of[tid] = len(rows.ids)
+    rows.ids.append(tid)
+    rows.names.append(info.name)
+    rows.ops.append(info.op)
+    rows.shapes.append(shape_text(info.ne))
+    rows.dtypes.append(info.dtype)
+    if info.placements:
+        p = placements[info.placements[-1]]
+        rows.buffers.append(p.buffer_id)
+        rows.offsets.append(p.offset)
+        by_pool = any(placements[i].by in _POOL for i in info.placements)
+    else:
+        rows.buffers.append(-1)
+        rows.offsets.append(-1)
+        by_pool = False
+    rows.nbytes.append(info.nbytes)
+    # history is in event order: the first and last compute touching it are near the ends
+    first = last = -1
+    hist = info.history
+    node_compute = ev.NodeCompute
+    for idx in hist:
+        e = events[idx]
+        if type(e) is node_compute:
+            first = e.seq
+            break
+    if first >= 0:
+        for idx in reversed(hist):
+            e = events[idx]
+            if type(e) is node_compute:
+                last = e.seq
+                break
+    rows.first_use.append(first)
+    rows.last_use.append(last)
+    if tid in stale:
+        state = TensorState.STALE
+    elif info.is_view:
+        state = TensorState.VIEW
+    elif tid in inplace:
+        state = TensorState.INPLACE
+    elif not info.placements:
+        state = TensorState.NONE
+    elif by_pool:
+        state = TensorState.FRESH
+    else:
+        state = TensorState.EXTERNAL
+    rows.states.append(state)
+
+
+class _ProtoColumn(Sequence[Any]):
+    """A column of :class:`RepeatedRows`: row k's value is its prototype's."""
+
+    def __init__(self, values: Sequence[Any], proto: np.ndarray) -> None:
+        self.values = values
+        self.proto = proto
+
+    def __len__(self) -> int:
+        return len(self.proto)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self.values[int(p)] for p in self.proto[k]]
+        return self.values[int(self.proto[k])]
+
+    def __iter__(self) -> Iterator[Any]:
+        values = self.values
+        return (values[p] for p in self.proto.tolist())
+
+
+class _RowOf:
+    """``tensor_id -> row`` over sorted ids, as ``TensorRows.row_of`` is used (``get``, ``[]``)."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+
+    def get(self, tid: int, default: Any = None) -> Any:
+        i = int(np.searchsorted(self.ids, tid))
+        return i if i < len(self.ids) and int(self.ids[i]) == tid else default
+
+    def __getitem__(self, tid: int) -> int:
+        i = self.get(tid)
+        if i is None:
+            raise KeyError(tid)
+        return int(i)
+
+    def __contains__(self, tid: object) -> bool:
+        return isinstance(tid, int) and self.get(tid) is not None
+
+
+class RepeatedRows:
+    """The tensor table of a model whose repeated steps were counted, not analysed
+    (``vizalloc.analysis.stream``): millions of rows, made from few *prototypes*. The tensors
+    analysed one by one are their own prototypes; a repeated step's tensors share the rows of
+    its template's tensors (name, op, shape, bytes, buffer, offset, state), only the id moves.
+    First and last use are unknown (-1): a streamed model keeps no events.
+
+    ``protos`` holds the prototype rows (a :class:`TensorRows`); ``ids`` every row's tensor id
+    (sorted), ``proto`` its prototype. Same interface as ``TensorRows`` for the table.
+    """
+
+    def __init__(self, protos: TensorRows, ids: np.ndarray, proto: np.ndarray) -> None:
+        self.protos = protos
+        self.ids = ids
+        self.proto = proto
+        for name in ("names", "ops", "shapes", "dtypes", "buffers", "offsets", "nbytes", "first_use", "last_use",
+                     "states"):
+            setattr(self, name, _ProtoColumn(getattr(protos, name), proto))
+        self.row_of = _RowOf(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def column(self, key: str) -> Sequence[object]:
+        return getattr(self, SORT_KEYS[key])  # type: ignore[no-any-return]
+
+
+def build_repeated_rows(model: TraceModel, runs: Sequence[Any]) -> RepeatedRows:
+    """The rows of a streamed model (see :class:`RepeatedRows`); ``runs`` its ``runs.Run`` list."""
+    stale = stale_tensors(model)
+    inplace = {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
+    tensors = model.tensors
+    live = getattr(tensors, "live", tensors)
+    protos = TensorRows()
+    for tid in sorted(live):
+        _add_row(protos, model, tid, live[tid], stale, inplace)
+    ids = [np.asarray(protos.ids, dtype=np.int64)]
+    proto = [np.arange(len(protos.ids), dtype=np.int64)]
+    templates: dict[int, np.ndarray] = {}   # id(template) -> its tensors' prototype rows
+    for run in runs:
+        tp = run.template
+        r = run.ranges.get("tensor")
+        if r is None or not run.count:
+            continue
+        t0s = sorted(tp.tensors)
+        rows = templates.get(id(tp))
+        if rows is None:
+            first = len(protos.ids)
+            for t0 in t0s:
+                _add_row(protos, model, t0, tp.tensors[t0], stale, inplace)
+                protos.row_of.pop(t0, None)
+            rows = templates[id(tp)] = np.arange(first, first + len(t0s), dtype=np.int64)
+        move = r[1]
+        ks = np.arange(run.first_k, run.first_k + run.count, dtype=np.int64)
+        base = np.asarray(t0s, dtype=np.int64)
+        these = (base[None, :] + move * ks[:, None]).reshape(-1)
+        which = np.broadcast_to(rows[None, :], (len(ks), len(rows))).reshape(-1)
+        made = [t for kind, t in run.made if kind == "tensor"]
+        if made:   # made live later: they have rows of their own already
+            keep = ~np.isin(these, np.asarray(made, dtype=np.int64))
+            these, which = these[keep], which[keep]
+        ids.append(these)
+        proto.append(which)
+    all_ids = np.concatenate(ids)
+    all_proto = np.concatenate(proto)
+    order = np.argsort(all_ids, kind="stable")
+    return RepeatedRows(protos, all_ids[order], all_proto[order])
 
 
 #: Lists are turned into numpy arrays this many items at a time (see :func:`_array`).
@@ -247,5 +362,55 @@ class TensorOrder:
         if state is not None:
             mask &= self.state_codes() == list(TensorState).index(state)
         if needle:
-            mask &= _find(self.lower_names(), needle.lower()) >= 0
+            mask &= self.name_mask(needle)
         return p[mask[p]]
+
+    def name_mask(self, needle: str) -> np.ndarray:
+        """Rows whose name contains ``needle`` (ignoring case)."""
+        return _find(self.lower_names(), needle.lower()) >= 0  # type: ignore[no-any-return]
+
+
+class RepeatedOrder(TensorOrder):
+    """:class:`TensorOrder` over :class:`RepeatedRows`: every sort key and filter is worked out on
+    the prototypes, then spread over the rows (a few numpy passes over millions of rows)."""
+
+    def __init__(self, rows: RepeatedRows) -> None:
+        super().__init__(rows)  # type: ignore[arg-type]
+        self.rrows = rows
+
+    def perm(self, key: str) -> np.ndarray:
+        p = self._perms.get(key)
+        if p is not None:
+            return p
+        r = self.rrows
+        if key == "id":
+            p = np.arange(len(r))
+        else:
+            # each prototype's key as a dense rank (equal keys, equal ranks), spread over the rows:
+            # a stable sort then keeps rows of equal keys in id order, as TensorOrder does
+            protos = r.protos
+            if key == "state":
+                keys: np.ndarray = TensorOrder(protos).state_codes()
+            elif key in ("name", "op"):
+                keys = _array(protos.names if key == "name" else protos.ops, str)
+            else:
+                keys = _array(protos.column(key), np.int64)
+            if len(keys):
+                rank = np.unique(keys, return_inverse=True)[1].reshape(-1)
+                p = np.argsort(rank[r.proto], kind="stable")
+            else:
+                p = np.arange(0)
+        self._perms[key] = p
+        return p
+
+    def state_codes(self) -> np.ndarray:
+        if self._state_codes is None:
+            self._state_codes = TensorOrder(self.rrows.protos).state_codes()[self.rrows.proto]
+        return self._state_codes
+
+    def lower_names(self) -> np.ndarray:
+        return TensorOrder(self.rrows.protos).lower_names()
+
+    def name_mask(self, needle: str) -> np.ndarray:
+        protos = _find(self.lower_names(), needle.lower()) >= 0
+        return protos[self.rrows.proto]  # type: ignore[no-any-return]

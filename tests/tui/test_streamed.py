@@ -1,0 +1,85 @@
+"""A trace file too big to hold as events is browsed from a streamed analysis
+(``tui.data.analyse_streamed``): the same timeline steps, hazards and tensor rows (but first
+and last use, which need events) as the object path, and every pane works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.analysis import decode_loops
+from tests.tui.conftest import ready
+from vizalloc.trace.api import save
+from vizalloc.trace.value import Trace, TraceHeader
+from vizalloc.tui import app as app_mod
+from vizalloc.tui.app import VizallocApp
+from vizalloc.tui.data import analyse, analyse_streamed, read_events
+from vizalloc.tui.steps import Prescan
+from vizalloc.tui.tensors import RepeatedRows, TensorState
+from vizalloc.tui.widgets.table import VirtualTable
+
+
+@pytest.fixture(scope="module", params=["replan_after", "clear_old", "reuse"])
+def trace_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("streamed") / f"{request.param}.vztrace"
+    save(Trace(TraceHeader.new(), tuple(decode_loops.record(request.param, tokens=30))), path)
+    return path
+
+
+def _steps(scan: Prescan) -> list[tuple[object, ...]]:
+    return [(s.seq, s.kind, s.step_id, s.graph_id, s.n_nodes, s.galloc_id, s.plan_id, s.binding_id, s.detail,
+             s.wall_ns, s.n_hazards) for s in scan.steps]
+
+
+def test_streamed_analysis_shows_what_the_object_path_shows(trace_path: Path) -> None:
+    from vizalloc.tui.steps import count_hazards
+
+    scan_a = Prescan()
+    events, header = read_events(trace_path, scan_a)
+    a = analyse(events, header)
+    count_hazards(scan_a.steps, a.hazards)
+    scan_b = Prescan()
+    b = analyse_streamed(trace_path, scan_b)
+    count_hazards(scan_b.steps, b.hazards)
+    assert isinstance(b.tensors, RepeatedRows)
+    if "reuse" not in trace_path.name:   # a reused graph makes no tensors per token
+        assert len(b.tensors.protos) < len(b.tensors) - 20
+    assert _steps(scan_a) == _steps(scan_b)
+    assert [h.to_dict() for h in a.hazards] == [h.to_dict() for h in b.hazards]
+    ra, rb = a.tensors, b.tensors
+    assert list(ra.ids) == list(map(int, rb.ids))
+    for col in ("names", "ops", "shapes", "dtypes", "buffers", "offsets", "nbytes", "states"):
+        assert list(getattr(ra, col)) == list(getattr(rb, col)), col
+    assert set(rb.first_use) == {-1}   # a streamed model keeps no events to tell first use
+    for key in ("id", "name", "op", "nbytes", "offset", "state"):
+        for needle, state in (("", None), ("inp", None), ("", TensorState.FRESH)):
+            assert np.array_equal(a.tensor_order.order(key, False, needle, state),
+                                  b.tensor_order.order(key, False, needle, state)), (key, needle, state)
+    for binding in list(a.model.bindings)[:3] + list(a.model.bindings)[-3:]:
+        ma, mb = a.binding_map(binding), b.binding_map(binding)
+
+        def blocks(m: object) -> list[tuple[object, ...]]:
+            return [(p.buffer_id, p.title, p.nbytes, [(x.tensor_id, x.offset, x.nbytes, x.first, x.last)
+                                                     for x in p.blocks], p.overlaps) for p in m.panels]
+
+        assert blocks(ma) == blocks(mb)
+
+
+@pytest.mark.anyio
+async def test_every_pane_opens_on_a_streamed_trace(trace_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app_mod, "STREAM_BYTES", 0)
+    app = VizallocApp(str(trace_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        assert app.analysis is not None and isinstance(app.analysis.tensors, RepeatedRows)
+        for key in ("2", "3", "4", "5", "1"):
+            await pilot.press(key)
+            await pilot.pause()
+        await pilot.press("3")
+        await pilot.press("n", "end", "enter")   # a tensor's detail: its history has no events
+        await pilot.pause()
+        await pilot.press("escape", "1", "end")
+        table = app.screen.query_one("#steps", VirtualTable)
+        assert len(table.source) == len(app.scan.steps) > 30
