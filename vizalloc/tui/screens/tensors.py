@@ -113,9 +113,11 @@ class TensorsScreen(PaneScreen):
         self.orders = a.tensor_order
         rows = a.tensors
         # the widest cells, as drawn (inert, at most 200 / 40 characters), so the name column
-        # takes no more than its longest name and the op is not cut for it
-        self.columns = tensor_columns(max((len(inert(n, 200)) for n in rows.names), default=4),
-                                      max((len(inert(o, 40)) for o in rows.ops), default=2))
+        # takes no more than its longest name and the op is not cut for it (a table made from
+        # prototypes has no other names than theirs)
+        distinct = getattr(rows, "protos", rows)
+        self.columns = tensor_columns(max((len(inert(n, 200)) for n in distinct.names), default=4),
+                                      max((len(inert(o, 40)) for o in distinct.ops), default=2))
         self._rebuild()
 
     def _rebuild(self, keep: bool = False) -> None:
