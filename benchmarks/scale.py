@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vizalloc.trace import events as ev  # noqa: E402
-from vizalloc.trace.fileformat import TraceFileWriter  # noqa: E402
-from vizalloc.trace.value import TraceHeader  # noqa: E402
+from vizalloc.trace import events as ev
+from vizalloc.trace.fileformat import TraceFileWriter
+from vizalloc.trace.value import TraceHeader
 
 
 def _analysis_module():  # type: ignore[no-untyped-def]

@@ -81,7 +81,7 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
                 tensor_get(out)
             if scenario == "reuse_then_other":
                 ctx2 = Context(name="other")
-                g2, x2, out2 = _graph(ctx2, w, t=5)
+                g2, x2, _ = _graph(ctx2, w, t=5)
                 galloc.alloc_graph(g2)
                 tensor_set(x2, rng.standard_normal(x2.nelements).astype(np.float32))
                 graph_compute(backend, g2)

@@ -149,7 +149,7 @@ def test_a_rename_after_its_binding_is_seen_as_of_the_binding() -> None:
     events = decode_loops.record("rename_old")
     model = build_model(events)
     expected = find_hazards(model)
-    smodel, hazards, _ = stream_of_columns(events, 300)
+    _, hazards, _ = stream_of_columns(events, 300)
     assert not [h for h in hazards if h.kind is HazardKind.PLAN_MISMATCH]
     same = [h for h in expected if h.kind is not HazardKind.PLAN_MISMATCH]
     assert [h.to_dict() for h in hazards] == [h.to_dict() for h in same]

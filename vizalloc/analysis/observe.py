@@ -24,11 +24,19 @@ fast path): there the view notes which bytes a read found written before the ste
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.records import (
-    BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo, TensorInfo,
+    BindingInfo,
+    BufferInfo,
+    ComputeInfo,
+    GraphInfo,
+    GraphSnapshot,
+    Placement,
+    PlanInfo,
+    SchedInfo,
+    TensorInfo,
 )
 
 #: the digest of an entry that is not there
@@ -176,7 +184,7 @@ class DictView:
 class ListView:
     """The model's placement list as a step sees it: reads of entries from before the step are noted."""
 
-    __slots__ = ("items", "name", "obs", "before")
+    __slots__ = ("before", "items", "name", "obs")
 
     def __init__(self, items: list[Any], name: str, obs: Observation) -> None:
         self.items = items
@@ -200,7 +208,7 @@ class ListView:
 class SetView:
     """A set as a step sees it (``TraceModel.input_copies``)."""
 
-    __slots__ = ("s", "name", "obs")
+    __slots__ = ("name", "obs", "s")
 
     def __init__(self, s: set[Any], name: str, obs: Observation) -> None:
         self.s = s
@@ -223,9 +231,10 @@ class ByteMapView:
     written itself (their last writer's key, tensor and seq)."""
 
     __slots__ = ("bm", "buffer_id", "obs")
-    starts: list[int] = []
-    ends: list[int] = []
-    recs: list[Any] = []
+    # empty, and never written to: the access pass's inlined fast paths find nothing here
+    starts: ClassVar[list[int]] = []
+    ends: ClassVar[list[int]] = []
+    recs: ClassVar[list[Any]] = []
 
     def __init__(self, bm: ByteMap, buffer_id: int, obs: Observation) -> None:
         self.bm = bm
@@ -241,9 +250,9 @@ class ByteMapView:
         written = self.obs.written_bytes.get(self.buffer_id, ())
         for s, e, rec in pieces:
             for gs, ge in _uncovered(s, e, written):
-                key = ("bytes", self.buffer_id, gs, ge)
-                self.obs.log.append(("bytes", (self.buffer_id, gs, ge), None if rec is None else rec[:3]))
-                self.obs.seen.add(key)
+                key = (self.buffer_id, gs, ge)
+                self.obs.log.append(("bytes", key, None if rec is None else rec[:3]))
+                self.obs.seen.add(("bytes", key))
         return pieces
 
     def covering(self, a: int, b: int) -> Any:

@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 
 from vizalloc.analysis.records import (
-    NEVER, BindingInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, TensorInfo,
+    NEVER,
+    BindingInfo,
+    ComputeInfo,
+    GraphInfo,
+    GraphSnapshot,
+    Placement,
+    TensorInfo,
 )
 from vizalloc.analysis.repeat import Shift
 
@@ -484,12 +490,10 @@ class VirtualMap:
     def __iter__(self) -> Iterator[int]:
         inserts = sorted(((r.insert_at.get(self.container, 0), i) for i, r in enumerate(self.runs)))
         j = 0
-        pos = 0
-        for key in self.live:
+        for pos, key in enumerate(self.live):
             while j < len(inserts) and inserts[j][0] <= pos:
                 yield from self.runs[inserts[j][1]].ids(self.kind)
                 j += 1
-            pos += 1
             if key not in self.made:
                 yield key
         for _, i in inserts[j:]:

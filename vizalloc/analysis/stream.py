@@ -367,7 +367,7 @@ class StreamAnalysis:
         if hi > lo:
             m.streamed_last_seq = batch.seq_at(hi - 1)
         n_placements = count * run.placement_move
-        m.placements.extend([None] * n_placements)
+        m.placements.extend([None] * n_placements)  # type: ignore[list-item]  # made when read (runs.py)
         s.next_placement += n_placements
         m.n_streamed += hi - lo
         per_galloc: dict[int, int] = {}
@@ -449,9 +449,7 @@ class StreamAnalysis:
                 g = rec if kind == "graph" else rec.graph
                 if g is not None:
                     todo += [("tensor", x) for x in (*g.nodes, *g.leafs)]
-                if kind == "binding":
-                    todo.append(("graph", rec.graph_id))
-                elif kind == "compute":
+                if kind in ("binding", "compute"):
                     todo.append(("graph", rec.graph_id))
 
     # -- the end -------------------------------------------------------------------------------
@@ -516,10 +514,9 @@ def _same_step(run: runs_mod.Run, k: int, batch: ColumnBatch, lo: int, hi: int) 
             if (name, field) in ev.TIME_FIELDS:
                 continue
             kind = ev.ID_FIELDS.get(field)
-            pairs = [(tk.cols[field], pk.cols[field], None)]
-            if field in tk.items:
-                pairs.append((tk.items[field][1], pk.items[field][1], kind))
-                pairs[0] = (tk.cols[field], pk.cols[field], None)   # the counts are plain values
+            pairs: list[tuple[np.ndarray, np.ndarray, str | None]]
+            if field in tk.items:   # the counts are plain values, the items ids or values
+                pairs = [(tk.cols[field], pk.cols[field], None), (tk.items[field][1], pk.items[field][1], kind)]
             else:
                 pairs = [(tk.cols[field], pk.cols[field], kind)]
             for tv, pv, kd in pairs:
@@ -554,8 +551,6 @@ def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observ
             rule = shift.ids.get(kind)
             if rule is not None and key - rule[1] >= rule[0]:
                 key = key - rule[1]
-        elif name == "placements":
-            key = key  # placement numbers from before the step: the same entry both times
         values = seen.get((name, key))
         if values is None or value not in values:
             return False

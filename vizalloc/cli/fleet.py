@@ -112,7 +112,7 @@ class _Capture:
         return "".join(self.parts)
 
 
-class _stderr_to:  # noqa: N801 - used as a context manager
+class _stderr_to:
     def __init__(self, target: _Capture) -> None:
         self.target = target
 

@@ -29,6 +29,7 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,15 @@ from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts, Gathered
 from vizalloc.trace.chunks import (
-    _S_BOOL, _S_BYTES, _S_ENUM, _S_FLOAT, _S_INT, _S_STR, _S_TUPLE_INT, _bits_float, _Plan,
+    _S_BOOL,
+    _S_BYTES,
+    _S_ENUM,
+    _S_FLOAT,
+    _S_INT,
+    _S_STR,
+    _S_TUPLE_INT,
+    _bits_float,
+    _Plan,
 )
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
 from vizalloc.trace.schema import SCHEMA
@@ -264,7 +273,7 @@ class ColumnBatch:
                 s = starts[a:b + 1].tolist()
                 flat = values[s[0]:s[-1]].tolist()
                 base = s[0]
-                pairs = [(x - base, y - base) for x, y in zip(s, s[1:])]
+                pairs = [(x - base, y - base) for x, y in pairwise(s)]
                 if slot == _S_TUPLE_INT:
                     cols.append([tuple(flat[x:y]) for x, y in pairs])
                 elif codec != "scalar":

@@ -24,7 +24,12 @@ from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
 from vizalloc.tui.tensors import (
-    RepeatedOrder, RepeatedRows, TensorOrder, TensorRows, build_repeated_rows, build_tensor_rows,
+    RepeatedOrder,
+    RepeatedRows,
+    TensorOrder,
+    TensorRows,
+    build_repeated_rows,
+    build_tensor_rows,
 )
 
 #: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".

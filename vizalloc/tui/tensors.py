@@ -217,9 +217,16 @@ class RepeatedRows:
         self.protos = protos
         self.ids = ids
         self.proto = proto
-        for name in ("names", "ops", "shapes", "dtypes", "buffers", "offsets", "nbytes", "first_use", "last_use",
-                     "states"):
-            setattr(self, name, _ProtoColumn(getattr(protos, name), proto))
+        self.names: Sequence[str] = _ProtoColumn(protos.names, proto)
+        self.ops: Sequence[str] = _ProtoColumn(protos.ops, proto)
+        self.shapes: Sequence[str] = _ProtoColumn(protos.shapes, proto)
+        self.dtypes: Sequence[str] = _ProtoColumn(protos.dtypes, proto)
+        self.buffers: Sequence[int] = _ProtoColumn(protos.buffers, proto)
+        self.offsets: Sequence[int] = _ProtoColumn(protos.offsets, proto)
+        self.nbytes: Sequence[int] = _ProtoColumn(protos.nbytes, proto)
+        self.first_use: Sequence[int] = _ProtoColumn(protos.first_use, proto)
+        self.last_use: Sequence[int] = _ProtoColumn(protos.last_use, proto)
+        self.states: Sequence[TensorState] = _ProtoColumn(protos.states, proto)
         self.row_of = _RowOf(ids)
 
     def __len__(self) -> int:

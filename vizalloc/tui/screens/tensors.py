@@ -21,7 +21,7 @@ from textual.widget import Widget
 
 from vizalloc.tui.inert import inert
 from vizalloc.tui.screens.base import PaneScreen
-from vizalloc.tui.tensors import TensorOrder, TensorRows, TensorState
+from vizalloc.tui.tensors import RepeatedRows, TensorOrder, TensorRows, TensorState
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 _STATE_STYLE = {TensorState.STALE: "bold #ff8787", TensorState.VIEW: "#87afd7", TensorState.INPLACE: "#d7af5f",
@@ -44,7 +44,8 @@ def tensor_columns(name_cells: int = 0, op_cells: int = 0) -> tuple[Column, ...]
 class TensorsSource:
     columns: Sequence[Column] = tensor_columns()
 
-    def __init__(self, rows: TensorRows, order: Sequence[int], columns: Sequence[Column] | None = None) -> None:
+    def __init__(self, rows: TensorRows | RepeatedRows, order: Sequence[int] | np.ndarray,
+                 columns: Sequence[Column] | None = None) -> None:
         self.rows = rows
         self.order = order
         if columns is not None:
