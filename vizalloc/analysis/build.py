@@ -80,7 +80,7 @@ class Builder:
             if cls is node_compute:
                 # the hot path, inlined: a node's reads and write
                 if add_node is not None:
-                    add_node(e)
+                    add_node(e)  # type: ignore[arg-type]
                 info = tget(e.tensor_id)  # type: ignore[attr-defined]
                 if info is not None:
                     info.history.append(i)

@@ -522,7 +522,8 @@ class TraceModel:
             ends = np.fromiter((self.placements[i].end_seq for i in ids), dtype=np.int64, count=len(ids))
             index = self._map_index[buffer_id] = (np.asarray(ids, dtype=np.int64), starts, ends)
         ids_a, starts, ends = index
-        return ids_a[(starts <= seq) & (seq < ends)].tolist()
+        live: list[int] = ids_a[(starts <= seq) & (seq < ends)].tolist()
+        return live
 
     def buffers_at(self, seq: int) -> list[BufferInfo]:
         """Buffers allocated and not freed right after event ``seq``."""

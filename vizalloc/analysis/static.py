@@ -42,7 +42,7 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
         if state is PlacementState.DANGLING:
             key = (HazardKind.DANGLING, root, -1, p.buffer_id, "kept")
             if not col.bump(key, seq, b.binding_id):
-                col.add(key, lambda p=p, root=root: Hazard(
+                col.add(key, lambda: Hazard(
                     HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
                     access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
                     access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
@@ -290,7 +290,7 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         if col.bump(key, r.seq, -1):
             continue
         where = f" at node {r.node_index}" if r.node_index >= 0 else ""
-        col.add(key, lambda r=r, cause=cause, where=where: Hazard(
+        col.add(key, lambda: Hazard(
             HazardKind.REPLAN, r.seq, tensor_ref(model, r.tensor_id) if r.tensor_id >= 0 else None,
             access=f"galloc #{r.galloc_id} planned again: {cause}{where}", access_loc=r.loc,
             detail=r.detail, cause=cause), -1)
@@ -299,8 +299,9 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         if len(bindings) >= 3 and n_replans >= len(bindings) - 1:
             first = min(bindings, key=lambda b: b.begin_seq)
             key = (HazardKind.REPLAN, galloc, "churn")
-            col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
-                HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
+            col.add(key, lambda: Hazard(
+                HazardKind.REPLAN, first.begin_seq,
+                access=f"galloc #{galloc} re-planned {n_replans} times for {len(bindings)} bindings",
                 access_loc=first.loc, cause="churn",
                 detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
                        "tensor placed by the previous binding goes stale; reserve the largest graph once, or "

@@ -21,6 +21,7 @@ check it with ``vizalloc check``.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -131,9 +132,8 @@ def execute(args: argparse.Namespace) -> int:
     hazards: dict[str, dict[str, int] | None] = {}
     for name in names:
         around = None
-        if name in paths:
-            path = paths[name]
-            around = (lambda p=path: api.trace(p))  # noqa: E731
+        if name in paths and api is not None:
+            around = functools.partial(api.trace, paths[name])
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)

@@ -22,8 +22,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vizalloc.errors import UsageError
+
+if TYPE_CHECKING:
+    from vizalloc.trace.api import Trace
 
 HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
 FORMATS = ("dot", "svg", "layout", "perfetto", "json", "minimalloc")
@@ -80,7 +84,7 @@ def _write(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _load(path: str):  # type: ignore[no-untyped-def]
+def _load(path: str) -> Trace:
     from vizalloc.trace.api import load
 
     if not os.path.exists(path):

@@ -250,13 +250,13 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
             y0, y1 = y_of(b.end), y_of(b.offset)
             fill = "url(#hatch)" if b.stale else (FILL_LEAF if b.first < 0 else FILL_NODE)
             stroke = STALE if b.stale else "#333"
-            tip = [f"{b.name} (tensor #{b.tensor_id})", f"{b.op} {b.dtype} {fmt_shape(b.shape)}",
+            lines = [f"{b.name} (tensor #{b.tensor_id})", f"{b.op} {b.dtype} {fmt_shape(b.shape)}",
                    f"bytes {fmt_range(b.offset, b.end)} ({fmt_bytes(b.nbytes)})",
                    f"live over steps {b.first}..{b.last}", f"placed by {b.placed_by}"
                    + (f" in binding #{b.binding_id}" if b.binding_id >= 0 else "")]
             if b.stale:
-                tip.append(b.stale.upper())
-            w(f'<g class="block"><title>{xml_escape(chr(10).join(tip))}</title>'
+                lines.append(b.stale.upper())
+            w(f'<g class="block"><title>{xml_escape(chr(10).join(lines))}</title>'
               f'<rect x="{_num(x0)}" y="{_num(y0)}" width="{_num(max(x1 - x0, 1))}" '
               f'height="{_num(max(y1 - y0, 2))}" fill="{fill}" fill-opacity="0.8" stroke="{stroke}" '
               f'stroke-width="{2 if b.stale else 0.7}"/></g>\n')

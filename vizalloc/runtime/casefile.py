@@ -189,15 +189,15 @@ def parse_case(data: Any) -> Case:
                 for j, k in enumerate(ids):
                     if not 0 <= k < n:
                         raise _fail(f"{w}.graph.{key}[{j}]", f"tensor id {k} out of range (0..{n - 1})")
-        nbi = s.get("node_buffer_ids")
-        lbi = s.get("leaf_buffer_ids")
-        nbi = None if nbi is None else _ints(nbi, f"{w}.node_buffer_ids")
-        lbi = None if lbi is None else _ints(lbi, f"{w}.leaf_buffer_ids")
-        for key, ids, cnt in (("node_buffer_ids", nbi, nodes), ("leaf_buffer_ids", lbi, leafs)):
-            if ids is not None:
-                if cnt is None or len(ids) != len(cnt):
+        nbi_raw = s.get("node_buffer_ids")
+        lbi_raw = s.get("leaf_buffer_ids")
+        nbi = None if nbi_raw is None else _ints(nbi_raw, f"{w}.node_buffer_ids")
+        lbi = None if lbi_raw is None else _ints(lbi_raw, f"{w}.leaf_buffer_ids")
+        for key, buffer_ids, cnt in (("node_buffer_ids", nbi, nodes), ("leaf_buffer_ids", lbi, leafs)):
+            if buffer_ids is not None:
+                if cnt is None or len(buffer_ids) != len(cnt):
                     raise _fail(f"{w}.{key}", "expected one buffer id per graph entry")
-                if any(not 0 <= b < len(bufts) for b in ids):
+                if any(not 0 <= b < len(bufts) for b in buffer_ids):
                     raise _fail(f"{w}.{key}", f"buffer ids must be in 0..{len(bufts) - 1}")
         cleared = s.get("cleared")
         if cleared is not None:
@@ -554,7 +554,11 @@ class CaseReplay:
             last = max(rd) if rd else first
             live[r] = (first, last)
         pairs = []
-        ext = {r: (self.tensors[r].storage, self.tensors[r].data, self.tensors[r].nbytes) for r in roots}
+        ext: dict[int, tuple[object, int, int]] = {}
+        for r in roots:
+            t = self.tensors[r]
+            assert t.data is not None  # roots are the tensors with data (above)
+            ext[r] = (t.storage, t.data, t.nbytes)
         ordered = sorted(roots)
         for x in range(len(ordered)):
             a = ordered[x]

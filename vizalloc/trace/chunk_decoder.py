@@ -306,7 +306,8 @@ def _tolist(values: np.ndarray, slice_events: int | None) -> list[int]:
     """``values.tolist()``; with ``slice_events``, in pieces (8 ints per event) with a GIL
     release after each."""
     if slice_events is None:
-        return values.tolist()
+        whole: list[int] = values.tolist()
+        return whole
     step = 8 * slice_events
     out: list[int] = []
     for a in range(0, len(values), step):

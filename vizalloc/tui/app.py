@@ -148,23 +148,25 @@ class VizallocApp(App[None]):
             src = self.source
             header = None
             if isinstance(src, (str, os.PathLike)):
-                events, header = read_events(src, self.scan, lambda d, t: self.post_message(
-                    LoadProgress("read", d, t)))
+                events, header = read_events(src, self.scan, lambda d, t: self._progress("read", d, t))
             else:
                 events = list(getattr(src, "events", src))
                 header = getattr(src, "header", None)
                 chunk = 1 << 16
                 for lo in range(0, len(events), chunk):
                     self.scan.feed(events[lo:lo + chunk])
-                    self.post_message(LoadProgress("read", min(lo + chunk, len(events)), len(events)))
-            self.post_message(LoadProgress("model", 0, max(len(events), 1)))
-            analysis = analyse(events, header, lambda p, d, t: self.post_message(LoadProgress(p, d, t)))
+                    self._progress("read", min(lo + chunk, len(events)), len(events))
+            self._progress("model", 0, max(len(events), 1))
+            analysis = analyse(events, header, self._progress)
             count_hazards(self.scan.steps, analysis.hazards)
             self.post_message(TraceAnalysed(analysis))
         except VizallocError as exc:
             self.post_message(LoadFailed(inert(str(exc), 300)))
         except Exception as exc:  # noqa: BLE001 - shown in the app instead of a traceback on a raw terminal
             self.post_message(LoadFailed(inert(f"{type(exc).__name__}: {exc}", 300)))
+
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        self.post_message(LoadProgress(phase, done, total))
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.load_phase = message.phase

@@ -43,7 +43,7 @@ from __future__ import annotations
 import gc
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import AllocationError, GraphError
@@ -366,7 +366,7 @@ def _label(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
 
 
-def _graph_tensors(graph: Graph):  # type: ignore[no-untyped-def]
+def _graph_tensors(graph: Graph) -> Iterator[Tensor]:
     """Leafs, nodes and their sources (with repeats)."""
     yield from graph.leafs
     for node in graph.nodes:

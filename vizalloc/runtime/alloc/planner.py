@@ -185,14 +185,17 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
         row = []
         for s in t.src:
             k = index.get(s)
-            row.append(add_extra(s) if k is None else k)
+            if k is None:
+                assert s is not None  # an empty slot is the sentinel's
+                k = add_extra(s)
+            row.append(k)
         return row
 
     getitem = index.__getitem__
     if simple:
         node_src: list[list[int]] = [[]] * nn
     else:
-        node_src = [src_row(t) for t in nodes]  # type: ignore[arg-type]
+        node_src = [src_row(t) for t in nodes]
     # one pass over the tensors: the nodes' source rows, then what the planner needs to
     # know about each tensor (each object is touched once: large graphs outgrow caches)
     for k in range(sentinel):
@@ -299,6 +302,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
                 if pk < 0 or st[pk] != _OWN:
                     if tracing:
                         p = tsrc[j]
+                        assert p is not None  # an empty slot is the sentinel's
                         reason = (RR.VIEW if p.view_src is not None else
                                   RR.EXTERNAL if (p.data is not None or p.buffer is not None) else RR.NOT_OWN)
                         emit(Refused, plan_id, t.id, p.id, reason)

@@ -191,7 +191,7 @@ def _dup_preorder(root: Tensor, copies: dict[int, Tensor], ctx_alloc: Context, c
                 continue
         if frame[1] is None:  # a view: its root's copy exists now
             frame[1] = ctx_unalloc.new_tensor_impl(
-                src.type, src.ne, copies[src.view_src.id], src.view_offs, nb=src.nb,  # type: ignore[union-attr]
+                src.type, src.ne, copies[src.view_src.id], src.view_offs, nb=src.nb,
                 op=src.op, op_params=src.op_params, name=src.name, copy_of=src,
             )
         srcs = src.src
@@ -229,7 +229,7 @@ def _init_preorder(root: Tensor, copies: dict[int, Tensor], inited: set[int]) ->
         dst = copies[src.id]
         if frame[1] == -1:
             frame[1] = -2
-            if dst.view_src is not None and enter(src.view_src):  # type: ignore[arg-type]
+            if dst.view_src is not None and enter(src.view_src):
                 continue
         if frame[1] == -2:
             frame[1] = 0

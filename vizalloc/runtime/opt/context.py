@@ -39,7 +39,7 @@ import numpy as np
 from vizalloc.errors import AllocationError, GraphError, UsageError
 from vizalloc.runtime import memory, ops
 from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, graph_get_grad_acc, graph_reset
-from vizalloc.runtime.buffer import Buffer, Usage, pad
+from vizalloc.runtime.buffer import Buffer, BufferType, Usage, pad
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import GRAPH_DEFAULT_SIZE, Graph, dup_graph
@@ -49,7 +49,7 @@ from vizalloc.runtime.opt.rng import MT19937
 from vizalloc.runtime.tensor import Flag, Tensor, set_input, set_loss, set_output
 
 
-def _cpu_buffer_type():  # type: ignore[no-untyped-def]
+def _cpu_buffer_type() -> BufferType:
     from vizalloc.runtime.backends.cpu import CPU_BUFFER_TYPE
 
     return CPU_BUFFER_TYPE

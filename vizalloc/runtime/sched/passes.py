@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import BackendError, SchedulerError
-from vizalloc.runtime.buffer import Usage
+from vizalloc.runtime.buffer import Buffer, Usage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.tensor import MAX_NAME, VIEW_OPS, Flag, Op, Tensor, set_input, set_output
@@ -36,7 +36,7 @@ def _label(t: Tensor) -> str:
     return repr(t.name) if t.name else f"#{t.id}"
 
 
-def _root_buffer(t: Tensor):  # type: ignore[no-untyped-def]
+def _root_buffer(t: Tensor) -> Buffer | None:
     return t.view_src.buffer if t.view_src is not None else t.buffer
 
 

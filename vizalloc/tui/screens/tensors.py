@@ -36,7 +36,7 @@ class TensorsSource:
         Column("last", 8, True), Column("state", 8),
     )
 
-    def __init__(self, rows: TensorRows, order: Sequence[int]) -> None:
+    def __init__(self, rows: TensorRows, order: np.ndarray) -> None:
         self.rows = rows
         self.order = order
 
@@ -112,8 +112,8 @@ class TensorsScreen(PaneScreen):
         cursor = 0
         if current is not None:
             row = a.tensors.row_of.get(current)
-            hits = np.nonzero(order == row)[0] if row is not None else ()
-            cursor = int(hits[0]) if len(hits) else 0
+            hits = np.nonzero(order == row)[0] if row is not None else None
+            cursor = int(hits[0]) if hits is not None and len(hits) else 0
         self.table.set_source(src, cursor=cursor)
         self._info()
 
