@@ -33,16 +33,13 @@ from vizalloc.runtime import memory, ops
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp
+from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp, label
 
 __all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset"]
 
 #: ops whose result is a view that the backward pass knows how to differentiate
 _VIEWING_OPS = frozenset({Op.CPY, Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 
-
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
 
 def graph_get_grad(graph: Graph, t: Tensor) -> Tensor | None:
@@ -122,7 +119,7 @@ def _param(t: Tensor, i: int, default: object = None) -> object:
     if i < len(t.op_params):
         return t.op_params[i]
     if default is None:
-        raise GraphError(f"tensor {_label(t)} ({t.op.name}) lacks op parameter {i}; it was not built by vizalloc.ops")
+        raise GraphError(f"tensor {label(t)} ({t.op.name}) lacks op parameter {i}; it was not built by vizalloc.ops")
     return default
 
 
@@ -140,7 +137,7 @@ def _src(t: Tensor, i: int) -> Tensor:
     """Source ``i`` of ``t``, which the op's backward rule reads (ggml reads ``t->src[i]`` unchecked)."""
     s = t.src[i] if i < len(t.src) else None
     if s is None:
-        raise GraphError(f"backward of {t.op.name} {_label(t)}: source {i} is missing; it was not built by vizalloc.ops")
+        raise GraphError(f"backward of {t.op.name} {label(t)}: source {i} is missing; it was not built by vizalloc.ops")
     return s
 
 
@@ -290,9 +287,9 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
         if n0:
             cur = graph.grads.get(src0.id)
             if cur is not None and not _is_contiguous(cur):
-                raise GraphError(f"backward of CONT {_label(tensor)}: the gradient of {_label(src0)} is not contiguous")
+                raise GraphError(f"backward of CONT {label(tensor)}: the gradient of {label(src0)} is not contiguous")
             if not _is_contiguous(grad) or grad.nelements != src0.nelements:
-                raise GraphError(f"backward of CONT {_label(tensor)}: gradient {_label(grad)} does not fit the source")
+                raise GraphError(f"backward of CONT {label(tensor)}: gradient {label(grad)} does not fit the source")
             _add_or_set(ctx, graph, src0, grad if _same_shape(tensor, src0) else ops.reshape(ctx, grad, src0))
     elif op is Op.RESHAPE:
         if n0:
@@ -326,15 +323,15 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             _add_or_set(ctx, graph, src0, ops.soft_max_ext_back(ctx, grad, tensor, scale, max_bias))
         if n1:  # the mask
             raise GraphError(
-                f"backward of SOFT_MAX {_label(tensor)}: gradients for the mask are not implemented (as in ggml)"
+                f"backward of SOFT_MAX {label(tensor)}: gradients for the mask are not implemented (as in ggml)"
             )
     elif op is Op.ROPE:
         if n0:
             # ggml builds ggml_rope_ext_back / ggml_rope_multi_back here: ops vizalloc does not model
-            raise GraphError(f"backward of ROPE {_label(tensor)}: vizalloc has no rope ops to build the gradient with")
+            raise GraphError(f"backward of ROPE {label(tensor)}: vizalloc has no rope ops to build the gradient with")
         if n2:  # freq factors
             raise GraphError(
-                f"backward of ROPE {_label(tensor)}: gradients for freq factors are not implemented (as in ggml)"
+                f"backward of ROPE {label(tensor)}: gradients for freq factors are not implemented (as in ggml)"
             )
     elif op is Op.UNARY:
         _backward_unary(ctx, graph, tensor, grad, src0, n0)
@@ -344,14 +341,14 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             _add_or_set(ctx, graph, src0, ops.cross_entropy_loss_back(ctx, grad, src0, src1))
         if n1:
             raise GraphError(
-                f"backward of CROSS_ENTROPY_LOSS {_label(tensor)}: no gradient for the labels (as in ggml)"
+                f"backward of CROSS_ENTROPY_LOSS {label(tensor)}: no gradient for the labels (as in ggml)"
             )
     elif op is Op.GLU:
         _backward_glu(ctx, graph, tensor, grad, src0, _opt_src(tensor, 1), n0, n1)
     elif op is Op.NONE:
         pass
     else:
-        raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {label(tensor)})")
 
     for i, n in enumerate((n0, n1, n2)):
         if n:
@@ -359,7 +356,7 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             g = graph.grads.get(src.id)
             if g is None or not _same_shape(src, g):
                 raise GraphError(
-                    f"backward of {op.name} {_label(tensor)}: gradient of {_label(src)} has shape "
+                    f"backward of {op.name} {label(tensor)}: gradient of {label(src)} has shape "
                     f"{None if g is None else list(g.ne)}, expected {list(src.ne)}"
                 )
 
@@ -369,11 +366,11 @@ def _backward_mul_mat(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, 
     # tensor [m,p,qq,rr] = src0 [n,m,q1,r1] x src1 [n,p,qq,rr]
     if n0:
         if grad.ne[2] != src1.ne[2] or grad.ne[3] != src1.ne[3]:
-            raise GraphError(f"backward of MUL_MAT {_label(tensor)}: gradient batch dims do not match src1")
+            raise GraphError(f"backward of MUL_MAT {label(tensor)}: gradient batch dims do not match src1")
         tmp = ops.out_prod(ctx, src1, grad)  # [n,m,qq,rr]
         if not _same_shape(tmp, src0):
             if tmp.ne[0] != src0.ne[0] or tmp.ne[1] != src0.ne[1] or tmp.ne[3] != 1:
-                raise GraphError(f"backward of MUL_MAT {_label(tensor)}: broadcast gradient shape {list(tmp.ne)}")
+                raise GraphError(f"backward of MUL_MAT {label(tensor)}: broadcast gradient shape {list(tmp.ne)}")
             nr2 = tmp.ne[2] // src0.ne[2]
             nb2 = tmp.nb[2] * nr2
             nb3 = tmp.nb[2]
@@ -391,7 +388,7 @@ def _backward_set(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0
     if not (n0 or n1):
         return
     if src0.type is not tensor.type:
-        raise GraphError(f"backward of SET {_label(tensor)}: source type {src0.type.label} != {tensor.type.label}")
+        raise GraphError(f"backward of SET {label(tensor)}: source type {src0.type.label} != {tensor.type.label}")
     view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
     if n0:
         tmp = ops.neg(ctx, view)
@@ -408,7 +405,7 @@ def _backward_view(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src
         # the gradient is usually f32 while src0 may be another type: rescale the strides
         ng, n0 = cur.type.type_size, src0.type.type_size
         if offset % n0 or nb1 % n0 or nb2 % n0 or nb3 % n0:
-            raise GraphError(f"backward of VIEW {_label(tensor)}: strides are not multiples of the element size")
+            raise GraphError(f"backward of VIEW {label(tensor)}: strides are not multiples of the element size")
         offset, nb1, nb2, nb3 = (offset // n0) * ng, (nb1 // n0) * ng, (nb2 // n0) * ng, (nb3 // n0) * ng
     _acc_or_set(ctx, graph, src0, grad, nb1, nb2, nb3, offset)
 
@@ -433,7 +430,7 @@ def _backward_unary(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, sr
         if n0:
             _add_or_set(ctx, graph, src0, ops.mul(ctx, tensor, grad))
     else:
-        raise GraphError(f"unsupported unary op for the backward pass: {uop.name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported unary op for the backward pass: {uop.name} (tensor {label(tensor)})")
 
 
 def _backward_glu(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor | None,
@@ -441,10 +438,10 @@ def _backward_glu(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0
     glu = _param(tensor, 0)
     name = str(getattr(glu, "name", glu)).upper()
     if name != "SWIGLU":
-        raise GraphError(f"unsupported glu op for the backward pass: {name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported glu op for the backward pass: {name} (tensor {label(tensor)})")
     if n0:
         if src1 is None:
-            raise GraphError(f"backward of GLU {_label(tensor)}: only implemented for split swiglu (as in ggml)")
+            raise GraphError(f"backward of GLU {label(tensor)}: only implemented for split swiglu (as in ggml)")
         _add_or_set(ctx, graph, src0, ops.silu_back(ctx, ops.mul(ctx, grad, src1), src0))
     if n1 and src1 is not None:  # n1 says src1 is there
         _add_or_set(ctx, graph, src1, ops.mul(ctx, ops.silu(ctx, src0), grad))
@@ -502,14 +499,14 @@ def build_backward_expand(ctx: Context, graph: Graph, grad_accs: Sequence[Tensor
             if s is None or ignore[j] or s.id not in grads_needed:
                 continue
             if s.type not in (DType.F32, DType.F16):
-                raise GraphError(f"build_backward_expand: {_label(s)} needs a gradient but is {s.type.label}")
+                raise GraphError(f"build_backward_expand: {label(s)} needs a gradient but is {s.type.label}")
             node_needs_grad = True
             break
         if not node_needs_grad:
             continue
         if node.view_src is not None and node.op not in _VIEWING_OPS:
             raise GraphError(
-                f"build_backward_expand: in-place op {node.op.name} ({_label(node)}) in the forward pass; "
+                f"build_backward_expand: in-place op {node.op.name} ({label(node)}) in the forward pass; "
                 "use the out-of-place op for tensors that need gradients"
             )
         acc = grad_accs[i] if grad_accs is not None and i < len(grad_accs) else None
@@ -544,7 +541,7 @@ def graph_reset(graph: Graph) -> None:
             continue
         if node.flags & Flag.LOSS:
             if grad_acc.type is not DType.F32 or grad_acc.nelements != 1:
-                raise GraphError(f"graph_reset: loss accumulator {_label(grad_acc)} must be a scalar f32")
+                raise GraphError(f"graph_reset: loss accumulator {label(grad_acc)} must be a scalar f32")
             memory.tensor_set(grad_acc, [1.0])
         else:
             _set_zero(grad_acc)

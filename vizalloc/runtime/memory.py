@@ -20,13 +20,10 @@ import numpy as np
 from vizalloc.errors import AllocationError, NoMemoryError, ShapeError
 from vizalloc.runtime.buffer import Buffer, BufferType, Storage, Usage, pad
 from vizalloc.runtime.context import Context
-from vizalloc.runtime.tensor import Tensor
+from vizalloc.runtime.tensor import Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
-
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
 
 # -- placing ------------------------------------------------------------------
@@ -35,13 +32,13 @@ def tensor_alloc(buffer: Buffer, t: Tensor, address: int, *, by: ev.PlacedBy = e
                  binding_id: int = -1) -> None:
     """``ggml_backend_tensor_alloc``: place ``t`` at ``address`` inside ``buffer``."""
     if t.buffer is not None or t.data is not None:
-        raise AllocationError(f"tensor {_label(t)} already has memory; clear its pointers before placing it again")
+        raise AllocationError(f"tensor {label(t)} already has memory; clear its pointers before placing it again")
     if t.view_src is not None:
-        raise AllocationError(f"tensor {_label(t)} is a view; views get their root's bytes through view_init")
+        raise AllocationError(f"tensor {label(t)} is a view; views get their root's bytes through view_init")
     need = buffer.buft.alloc_size(t)
     if address < buffer.base or address + need > buffer.base + buffer.nbytes:
         raise AllocationError(
-            f"tensor {_label(t)} needs {need} bytes at offset {address - buffer.base}, "
+            f"tensor {label(t)} needs {need} bytes at offset {address - buffer.base}, "
             f"but buffer #{buffer.id} has {buffer.nbytes} bytes",
             requested=need, available=buffer.nbytes,
         )
@@ -56,9 +53,9 @@ def view_init(t: Tensor, *, binding_id: int = -1) -> None:
     """``ggml_backend_view_init``: bind a view to its root's bytes (root + view_offs)."""
     root = t.view_src
     if root is None or t.buffer is not None:
-        raise AllocationError(f"view_init: tensor {_label(t)} is not an unbound view")
+        raise AllocationError(f"view_init: tensor {label(t)} is not an unbound view")
     if root.buffer is None or root.data is None:
-        raise NoMemoryError(f"view_init: the root {_label(root)} of view {_label(t)} has no memory yet")
+        raise NoMemoryError(f"view_init: the root {label(root)} of view {label(t)} has no memory yet")
     t.buffer = root.buffer
     t.data = root.data + t.view_offs
     t.storage = root.storage
@@ -93,7 +90,7 @@ class TensorAllocator:
         size = pad(self.buffer.buft.alloc_size(t), self.alignment)
         if self.offset + size > self.buffer.nbytes:
             raise AllocationError(
-                f"not enough space in buffer #{self.buffer.id} for tensor {_label(t)}: needed {size} bytes, "
+                f"not enough space in buffer #{self.buffer.id} for tensor {label(t)}: needed {size} bytes, "
                 f"available {self.buffer.nbytes - self.offset}",
                 requested=size, available=self.buffer.nbytes - self.offset,
             )
@@ -148,7 +145,7 @@ def tensor_array(t: Tensor) -> Any:
     storage = t.storage
     if t.data is None or storage is None:
         raise NoMemoryError(
-            f"tensor {_label(t)} ({t.op.name}, {t.type.label}{list(t.ne)}) has no memory; "
+            f"tensor {label(t)} ({t.op.name}, {t.type.label}{list(t.ne)}) has no memory; "
             "allocate its graph or context before computing or reading it"
         )
     storage.check_usable(t)
@@ -184,18 +181,18 @@ def tensor_set(t: Tensor, values: Any, offset: int = 0, nbytes: int | None = Non
     if offset == 0 and nbytes is None:
         if src.size != t.nelements:
             raise ShapeError(
-                f"tensor_set: tensor {_label(t)} has {t.nelements} elements {list(t.ne)}, got {src.size}"
+                f"tensor_set: tensor {label(t)} has {t.nelements} elements {list(t.ne)}, got {src.size}"
             )
         arr[...] = src.reshape(arr.shape).astype(t.type.numpy, copy=False)
         nbytes = t.nbytes
     else:
         if not t.is_contiguous:
-            raise ShapeError(f"tensor_set with a byte range needs a contiguous tensor; {_label(t)} is not")
+            raise ShapeError(f"tensor_set with a byte range needs a contiguous tensor; {label(t)} is not")
         raw = src.astype(t.type.numpy, copy=False).view(np.uint8).reshape(-1) if xp is np else \
             src.astype(t.type.numpy, copy=False).view(xp.uint8).reshape(-1)
         nbytes = raw.size if nbytes is None else nbytes
         if offset + nbytes > t.nbytes:
-            raise ShapeError(f"tensor_set: bytes [{offset}, {offset + nbytes}) exceed tensor {_label(t)}'s {t.nbytes}")
+            raise ShapeError(f"tensor_set: bytes [{offset}, {offset + nbytes}) exceed tensor {label(t)}'s {t.nbytes}")
         start = t.data - t.storage.base + offset  # type: ignore[operator,union-attr]
         t.storage.mem[start:start + nbytes] = raw[:nbytes]  # type: ignore[union-attr]
     if recorder.active():

@@ -157,20 +157,17 @@ def contiguous_strides(dtype: DType, ne: tuple[int, int, int, int]) -> tuple[int
     return (nb0, nb1, nb2, nb3)
 
 
-def nbytes_of(dtype: DType, ne: tuple[int, ...], nb: tuple[int, ...]) -> int:
+def nbytes_of(dtype: DType, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
     """``ggml_nbytes``: the span of bytes the strides touch (0 for an empty tensor)."""
-    for n in ne:
-        if n <= 0:
-            return 0
+    ne0, ne1, ne2, ne3 = ne
+    if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
+        return 0
+    nb0, nb1, nb2, nb3 = nb
+    # unrolled: the planner sizes every tensor of a graph with it
+    span = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
     if dtype.blck_size == 1:
-        n = dtype.type_size
-        for i in range(MAX_DIMS):
-            n += (ne[i] - 1) * nb[i]
-        return n
-    n = ne[0] * nb[0] // dtype.blck_size
-    for i in range(1, MAX_DIMS):
-        n += (ne[i] - 1) * nb[i]
-    return n
+        return dtype.type_size + (ne0 - 1) * nb0 + span
+    return ne0 * nb0 // dtype.blck_size + span
 
 
 class Tensor:
@@ -283,6 +280,11 @@ class Tensor:
         shape = "x".join(str(n) for n in self.ne)
         where = f" @{self.offset}" if self.data is not None else ""
         return f"<Tensor {self.name or '#' + str(self.id)} {self.op.name} {self.type.label}[{shape}]{where}>"
+
+
+def label(t: Tensor) -> str:
+    """How messages name a tensor: its name quoted, or ``#id`` when it has none."""
+    return repr(t.name) if t.name else f"#{t.id}"
 
 
 def set_input(t: Tensor) -> None:
