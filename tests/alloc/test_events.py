@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vizalloc.runtime import Context
 from vizalloc.runtime.alloc import GraphAllocator
-from vizalloc.runtime.memory import alloc_ctx_tensors
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.tensor import Op
 from vizalloc.trace import events as ev

@@ -10,7 +10,8 @@ from vizalloc.errors import DanglingPointerError, GraphError
 from vizalloc.runtime import Context, set_strict
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.buffer import BufferType
-from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_array
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import clear_tensor_pointers, tensor_array
 from vizalloc.runtime.tensor import Op
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import ListRecorder

@@ -15,7 +15,8 @@ from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32, I32
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.tensor import set_input, set_output
 from vizalloc.scenarios.shared_tensors import STRATEGIES, run
 from vizalloc.trace.recorder import ListRecorder

@@ -13,7 +13,8 @@ from tests.runtime.test_backends_fakecupy import FakeCupy, fake, gpu  # noqa: F4
 from vizalloc.runtime import F16, F32, I32, Context, Graph, UnaryOp, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.kernels import compute_forward
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 
 
 def build(ctx: Context) -> tuple[list[Any], dict[str, np.ndarray]]:

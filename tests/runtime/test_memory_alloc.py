@@ -14,9 +14,8 @@ from vizalloc.errors import (
 )
 from vizalloc.runtime import F16, F32, I32, Context
 from vizalloc.runtime.buffer import POISON, BufferType, Usage, set_strict
+from vizalloc.runtime.alloc import TensorAllocator, alloc_ctx_tensors
 from vizalloc.runtime.memory import (
-    TensorAllocator,
-    alloc_ctx_tensors,
     clear_tensor_pointers,
     tensor_alloc,
     tensor_array,

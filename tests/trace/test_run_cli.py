@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent(
     import sys
     import numpy as np
     from vizalloc.runtime import Context, F32, BufferType, Graph, ops
-    from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set
+    from vizalloc.runtime.alloc import alloc_ctx_tensors
+    from vizalloc.runtime.memory import tensor_set
     import vizalloc
 
     ctx = Context(name="w")

@@ -10,7 +10,8 @@ import pytest
 
 import vizalloc
 from vizalloc.runtime import F32, BufferType, Context, Graph, dup_graph, ops, set_input, set_output
-from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import clear_tensor_pointers, tensor_get, tensor_set
 from vizalloc.trace import events as ev
 
 CPU = BufferType("CPU", alignment=32)

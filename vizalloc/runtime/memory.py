@@ -1,10 +1,12 @@
-"""Giving tensors bytes and reaching them: ggml's tensor_alloc, view_init, the linear
-allocator (tallocr), alloc_ctx_tensors, and tensor_set / tensor_get.
+"""Giving tensors bytes and reaching them (ggml-backend.c): tensor_alloc, view_init,
+clear_tensor_pointers, and tensor_set / tensor_get. The allocators that decide where
+tensors go are in ``vizalloc.runtime.alloc``.
 
     >>> import numpy as np
     >>> from vizalloc.runtime import Context, F32
     >>> from vizalloc.runtime.buffer import BufferType
-    >>> from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set, tensor_get
+    >>> from vizalloc.runtime.alloc import alloc_ctx_tensors
+    >>> from vizalloc.runtime.memory import tensor_set, tensor_get
     >>> ctx = Context(); w = ctx.new_tensor_1d(F32, 4)
     >>> buf = alloc_ctx_tensors(ctx, BufferType("CPU"))
     >>> tensor_set(w, np.arange(4, dtype=np.float32)); tensor_get(w).tolist()
@@ -76,63 +78,6 @@ def clear_tensor_pointers(t: Tensor, by: str = "user") -> None:
     t.storage = None
     if recorder.active():
         recorder.emit(ev.TensorCleared, t.id, by)
-
-
-class TensorAllocator:
-    """``ggml_tallocr``: a bump allocator over one buffer; no freeing, no reuse."""
-
-    def __init__(self, buffer: Buffer) -> None:
-        self.buffer = buffer
-        self.alignment = buffer.buft.alignment
-        self.offset = pad(buffer.base, self.alignment) - buffer.base
-
-    def alloc(self, t: Tensor) -> None:
-        size = pad(self.buffer.buft.alloc_size(t), self.alignment)
-        if self.offset + size > self.buffer.nbytes:
-            raise AllocationError(
-                f"not enough space in buffer #{self.buffer.id} for tensor {label(t)}: needed {size} bytes, "
-                f"available {self.buffer.nbytes - self.offset}",
-                requested=size, available=self.buffer.nbytes - self.offset,
-            )
-        address = self.buffer.base + self.offset
-        self.offset += size
-        tensor_alloc(self.buffer, t, address, by=ev.PlacedBy.TALLOCR)
-
-
-def alloc_ctx_tensors(ctx: Context, buft: BufferType, usage: Usage = Usage.ANY) -> Buffer | list[Buffer] | None:
-    """``ggml_backend_alloc_ctx_tensors_from_buft``: one buffer for every tensor of ``ctx``.
-
-    Tensors are placed in creation order; with a ``max_size`` the tensors are split into
-    several buffers (returned as a list, ggml's "multi buffer"). Returns None when no
-    tensor needed memory.
-    """
-    if not ctx.no_alloc:
-        raise AllocationError(f"context {ctx.name!r} allocates its own memory; alloc_ctx_tensors needs a no_alloc context")
-    tensors = list(ctx.tensors())
-    ranges: list[tuple[int, int, int]] = []  # (first, end, bytes)
-    first, cur = 0, 0
-    for i, t in enumerate(tensors):
-        this = pad(buft.alloc_size(t), buft.alignment) if (t.data is None and t.view_src is None) else 0
-        if cur > 0 and cur + this > buft.max_size:
-            ranges.append((first, i, cur))
-            first, cur = i, this
-        else:
-            cur += this
-    if cur > 0:
-        ranges.append((first, len(tensors), cur))
-    if not ranges:
-        return None
-    buffers = []
-    for first, end, nbytes in ranges:
-        buf = buft.alloc_buffer(nbytes, usage, cause=f"alloc_ctx_tensors {ctx.name}")
-        talloc = TensorAllocator(buf)
-        for t in tensors[first:end]:
-            if t.data is None and t.view_src is None:
-                talloc.alloc(t)
-            elif t.view_src is not None and t.buffer is None:
-                view_init(t)
-        buffers.append(buf)
-    return buffers[0] if len(buffers) == 1 else buffers
 
 
 # -- reaching the bytes -----------------------------------------------------------

@@ -28,6 +28,7 @@ What ``fix="none"`` does here depends on the buffer (measured, configs A and B):
 from __future__ import annotations
 
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
 from vizalloc.runtime.graph import Graph
@@ -60,7 +61,7 @@ class OptTrainer:
         self.params = [self.W1, self.b1, self.W2, self.b2]
         for w in self.params:
             set_param(w)
-        self.buf_user = memory.alloc_ctx_tensors(cu, buft)
+        self.buf_user = alloc_ctx_tensors(cu, buft)
         for name, t in zip(PARAM_NAMES, self.params):
             memory.tensor_set(t, init[name])
 

@@ -28,7 +28,8 @@ from vizalloc.errors import AllocationError, GraphError, NoMemoryError, ShapeErr
 from vizalloc.runtime.buffer import Buffer, Storage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, view_init
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_array, view_init
 from vizalloc.runtime.tensor import Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder

@@ -8,7 +8,8 @@ nearest even (as ggml's FP32->FP16) and truncates floats to ints (a C cast).
     >>> import numpy as np
     >>> from vizalloc.runtime import Context, F32, ops
     >>> from vizalloc.runtime.buffer import BufferType
-    >>> from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set, tensor_get
+    >>> from vizalloc.runtime.alloc import alloc_ctx_tensors
+    >>> from vizalloc.runtime.memory import tensor_set, tensor_get
     >>> from vizalloc.runtime.kernels import compute_forward
     >>> ctx = Context(); a = ctx.new_tensor_2d(F32, 3, 2); t = ops.cont(ctx, ops.transpose(ctx, a))
     >>> _ = alloc_ctx_tensors(ctx, BufferType("CPU")); tensor_set(a, np.arange(6))
