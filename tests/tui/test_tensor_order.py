@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import random
 
 import numpy as np
 import pytest
 
 from vizalloc.tui import tensors
-from vizalloc.tui.data import collector_paused
 from vizalloc.tui.tensors import TensorOrder, TensorRows, TensorState
 
 
@@ -49,23 +47,3 @@ def test_name_filter_uses_lowercase_names(monkeypatch: pytest.MonkeyPatch) -> No
     r = _rows(200)
     got = TensorOrder(r).order("id", False, "A.", None).tolist()
     assert got == [i for i, n in enumerate(r.names) if "a." in n.lower()]
-
-
-def test_collector_paused_restores_and_freezes_only_when_asked() -> None:
-    assert gc.isenabled()
-    frozen = gc.get_freeze_count()
-    try:
-        with collector_paused(lambda: False):
-            assert not gc.isenabled()
-        assert gc.isenabled() and gc.get_freeze_count() == frozen
-        keep = [object() for _ in range(10)]
-        with collector_paused(lambda: True):
-            pass
-        assert gc.isenabled() and gc.get_freeze_count() > frozen and keep
-        gc.disable()
-        with collector_paused(lambda: True):   # was off: stays off, nothing frozen
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()

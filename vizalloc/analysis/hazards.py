@@ -35,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vizalloc.analysis.model import Placement, TraceModel, gc_paused
+from vizalloc.analysis.model import Placement, TraceModel
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 
 #: at most this many step ids are kept per merged hazard (``occurrences`` stays exact)

@@ -5,7 +5,8 @@ scheduler steps, computes with live ranges, and the memory map of any buffer at 
 small records; nothing here imports the runtime. A "step" is an event's ``seq``: the
 memory map at seq ``s`` is the state right after the event numbered ``s``.
 
-    >>> from vizalloc.trace import events as ev
+    >>> from vizalloc.gcpause import gc_paused
+from vizalloc.trace import events as ev
     >>> from vizalloc.analysis.model import build_model
     >>> m = build_model([
     ...     ev.BufferAllocated(1, 0, None, 7, "CPU", "CPU", 65536, 1024, 32, "compute", -1, -1, -1, ""),
@@ -26,12 +27,11 @@ again; a placement into a freed buffer is *dangling* from the free on.
 from __future__ import annotations
 
 import enum
-import gc
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 
 #: "never" for end / stale / freed sequence numbers.
@@ -575,23 +575,6 @@ def events_of(trace: Any) -> list[ev.Event]:
     """The events of a ``Trace``, a recorder, or any iterable of events, as a list."""
     evs = getattr(trace, "events", trace)
     return evs if isinstance(evs, list) else list(evs)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (restored as it was after).
-
-    The passes over a trace create millions of small objects that all stay alive; each
-    automatic collection would traverse every one of them again (a 2M-event model takes
-    several times longer with the collector on) and could free nothing.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def build_model(trace: Any, *, progress: Callable[[int, int], None] | None = None) -> TraceModel:

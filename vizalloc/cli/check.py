@@ -20,7 +20,6 @@ on stderr.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from vizalloc.errors import UsageError
+from vizalloc.gcpause import gc_paused
 
 HELP = "report hazards in a trace; exit 1 if any (for CI)"
 
@@ -139,46 +139,19 @@ def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
     return out
 
 
-@contextmanager
-def _collector_paused() -> Iterator[Callable[[], None]]:
-    """Pause the cyclic GC while the trace loads and is analysed; the block calls the
-    function it gets once the analysis is done, which freezes what exists and resumes the GC.
-
-    Loading, the model and the hazard pass each pause the collector themselves, but each
-    re-enables it at its end, and the next allocation then collects a young generation of
-    millions of objects (~0.25 s per phase for 2M events). The model lives while the report
-    is made (and the shadow runs), so it is kept out of the collector's sight meanwhile
-    (``gc.freeze``); at the end of the block it is unfrozen, so a caller in the same process
-    (tests, a library user) gets the collector as it was, and cycles freed later are found.
-    """
-    was_enabled = gc.isenabled()
-    frozen = False
-
-    def analysed() -> None:
-        nonlocal frozen
-        if was_enabled and not frozen:
-            gc.freeze()
-            frozen = True
-            gc.enable()
-
-    gc.disable()
-    try:
-        yield analysed
-    finally:
-        if frozen:
-            gc.unfreeze()
-        elif was_enabled:
-            gc.enable()
-
-
 def execute(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on)
     if args.max_reports < 0:
         raise UsageError(f"--max-reports must be 0 or more, got {args.max_reports}")
-    with _collector_paused() as analysed:
+    # Loading, the model and the hazard pass each pause the collector, and each turns it
+    # back on at its end, where the next allocation would collect a young generation of
+    # millions of objects: the pause spans all three. The model then lives while the report
+    # is made (and the shadows run), frozen out of the collector's sight; the block's end
+    # unfreezes it, so a caller in the same process gets the collector as it was.
+    with gc_paused() as pause:
         model = load_model(args.trace)
         hazards = analyse(model)
-        analysed()
+        pause.freeze()
         return _report(args, model, hazards, fail_on)
 
 

@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 
 from vizalloc.errors import AllocationError, NoMemoryError, ShapeError
-from vizalloc.runtime.buffer import Buffer, BufferType, Storage, Usage, pad
-from vizalloc.runtime.context import Context
+from vizalloc.runtime.buffer import Buffer, Storage
 from vizalloc.runtime.tensor import Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder

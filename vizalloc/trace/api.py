@@ -17,7 +17,6 @@ So a process killed with SIGKILL leaves a file that loads up to its last flush.
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 import threading
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 from vizalloc.trace.chunk_decoder import ChunkDecoder
@@ -307,9 +307,7 @@ class TraceSession:
     def _materialize(self) -> list[ev.Event]:
         """Every event so far: the chunks written (decoded once, in order), then the items not
         written yet (rows built into events once, in bulk)."""
-        was_enabled = gc.isenabled()
-        gc.disable()  # millions of new objects would trigger pointless collections
-        try:
+        with gc_paused():
             if self._chunks:
                 if self._decoder is None:
                     self._decoder = ChunkDecoder.for_current_schema(compressed=self._compress_level is not None)
@@ -324,9 +322,6 @@ class TraceSession:
                     new[c](*x) if type(x) is tuple else x
                     for c, x in zip(self._kinds[done:], self._items[done:])
                 ]
-        finally:
-            if was_enabled:
-                gc.enable()
         return self._decoded + self._events if self._decoded else self._events
 
     def __repr__(self) -> str:
@@ -539,13 +534,8 @@ def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_l
     events = trace_.events
     with open(path, "wb") as f:
         writer = TraceFileWriter(f, trace_.header, compress_level=compress_level)
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             for i in range(0, len(events), chunk_events):
                 writer.write_events(events[i:i + chunk_events])
-        finally:
-            if was_enabled:
-                gc.enable()
         writer.close()
         return writer.nbytes

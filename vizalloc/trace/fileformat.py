@@ -36,6 +36,7 @@ from dataclasses import asdict, fields
 from typing import Any, BinaryIO
 
 from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts
 from vizalloc.trace.chunk_encoder import ChunkEncoder
@@ -329,18 +330,10 @@ class TraceFileReader:
 
 def read_trace(file: BinaryIO, name: str = "trace") -> Trace:
     """The whole trace in ``file``; warns ``TraceTruncatedWarning`` if it ends early."""
-    import gc
-
     reader = TraceFileReader(file, name)
-    # Millions of new objects would trigger many pointless cyclic-GC passes.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        events: list[ev.Event] = []
+    events: list[ev.Event] = []
+    with gc_paused():
         for batch in reader.batches():
             events += batch
-    finally:
-        if was_enabled:
-            gc.enable()
     reader.warn_if_incomplete()
     return Trace(reader.header, tuple(events))

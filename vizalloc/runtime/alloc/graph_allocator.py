@@ -39,13 +39,13 @@ planning pass itself is ``vizalloc.runtime.alloc.planner``.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import AllocationError, GraphError
+from vizalloc.gcpause import gc_paused
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc.dyn_allocator import DynAllocator
 from vizalloc.runtime.alloc.planner import Plan, Record, plain_alloc_size, plan_graph
@@ -228,17 +228,10 @@ class GraphAllocator:
         leaf_ids = self._check_ids(leaf_ids, len(leafs), "leaf")
         for d in self._dyn:
             d.reset()
-        # The planner builds many short-lived lists and no reference cycles; a cyclic
-        # collection triggered half-way through a 100k-node plan would cost more than the
-        # plan itself, so collection waits until the plan is made.
-        collecting = gc.isenabled()
-        if collecting:
-            gc.disable()
-        try:
+        # the planner's lists hold no reference cycles: collecting half-way through a large
+        # plan would only traverse them
+        with gc_paused():
             self.plan = plan_graph(self.id, graph, self.bufts, self._dyn, node_ids, leaf_ids, self._plain)
-        finally:
-            if collecting:
-                gc.enable()
         return self._realloc_buffers(no_alloc, n_buf)
 
     def _check_ids(self, ids: Sequence[int] | None, n: int, what: str) -> list[int]:
