@@ -201,12 +201,6 @@ class Builder:
     def _ContextCreated(self, e: ev.ContextCreated) -> None:
         self.m.contexts[e.ctx_id] = e
 
-    def _TensorNamed(self, e: ev.TensorNamed) -> None:
-        info = self.m.tensors.get(e.tensor_id)
-        if info is not None:
-            info.name = e.name
-            info.history.append(self.i)
-
     def _TensorFlagsSet(self, e: ev.TensorFlagsSet) -> None:
         info = self.m.tensors.get(e.tensor_id)
         if info is not None:

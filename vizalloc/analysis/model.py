@@ -40,8 +40,9 @@ NEVER = 1 << 62
 #: ggml's type sizes by label (block size 1); the analysis must not import the runtime.
 TYPE_SIZES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i16": 2, "i8": 1, "f64": 8, "i64": 8}
 
-#: Ops whose result only looks at the source's bytes (and NONE): they compute nothing.
-VIEW_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+#: Ops whose node writes no bytes of its own: NONE (leafs) and the view ops, whose result
+#: is the source's bytes. (The runtime's ``VIEW_OPS`` is the view ops alone.)
+NON_WRITING_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
 
 FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS = 1, 2, 4, 8
 

@@ -33,12 +33,13 @@ from vizalloc.runtime import memory, ops
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp, label
+from vizalloc.runtime.tensor import VIEW_OPS, Flag, Op, Tensor, UnaryOp, label
 
 __all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset"]
 
-#: ops whose result is a view that the backward pass knows how to differentiate
-_VIEWING_OPS = frozenset({Op.CPY, Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: ops whose result may be a view of a source without being an in-place op: the backward
+#: pass differentiates them (ggml_build_backward_expand's in-place check)
+_VIEW_RESULT_OPS = VIEW_OPS | {Op.CPY}
 
 
 
@@ -504,7 +505,7 @@ def build_backward_expand(ctx: Context, graph: Graph, grad_accs: Sequence[Tensor
             break
         if not node_needs_grad:
             continue
-        if node.view_src is not None and node.op not in _VIEWING_OPS:
+        if node.view_src is not None and node.op not in _VIEW_RESULT_OPS:
             raise GraphError(
                 f"build_backward_expand: in-place op {node.op.name} ({label(node)}) in the forward pass; "
                 "use the out-of-place op for tensors that need gradients"
