@@ -15,9 +15,10 @@ from typing import Any
 
 from vizalloc.analysis.model import (
     NEVER, TYPE_SIZES, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
-    TensorInfo, TraceModel, nbytes_of,
+    TensorInfo, TraceModel,
 )
 from vizalloc.trace import events as ev
+from vizalloc.trace.events import ggml_nbytes
 
 
 class Builder:
@@ -96,18 +97,9 @@ class Builder:
                     info.history.append(i)
                 continue
             if cls is tensor_created:
-                # inlined: nbytes_of's usual case (4 dims) without the call
                 ne, nb, dtype = e.ne, e.nb, e.dtype  # type: ignore[attr-defined]
-                if len(ne) == 4 and len(nb) == 4:
-                    n0, n1, n2, n3 = ne
-                    if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
-                        nbytes = 0
-                    else:
-                        b0, b1, b2, b3 = nb
-                        nbytes = type_sizes.get(dtype, b0) + (n0 - 1) * b0 + (n1 - 1) * b1 + (n2 - 1) * b2 + (
-                            n3 - 1) * b3
-                else:
-                    nbytes = nbytes_of(dtype, ne, nb)
+                # model.nbytes_of, one call less
+                nbytes = ggml_nbytes(type_sizes.get(dtype, nb[0] if nb else 1), 1, ne, nb)
                 t = e.tensor_id  # type: ignore[attr-defined]
                 tensors[t] = TensorInfo(
                     t, e.ctx_id, e.name, dtype, ne, nb, e.op, e.op_params,  # type: ignore[attr-defined]

@@ -5,8 +5,7 @@ scheduler steps, computes with live ranges, and the memory map of any buffer at 
 small records; nothing here imports the runtime. A "step" is an event's ``seq``: the
 memory map at seq ``s`` is the state right after the event numbered ``s``.
 
-    >>> from vizalloc.gcpause import gc_paused
-from vizalloc.trace import events as ev
+    >>> from vizalloc.trace import events as ev
     >>> from vizalloc.analysis.model import build_model
     >>> m = build_model([
     ...     ev.BufferAllocated(1, 0, None, 7, "CPU", "CPU", 65536, 1024, 32, "compute", -1, -1, -1, ""),
@@ -33,6 +32,7 @@ from typing import Any
 
 from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
+from vizalloc.trace.events import ggml_nbytes
 
 #: "never" for end / stale / freed sequence numbers.
 NEVER = 1 << 62
@@ -48,19 +48,8 @@ FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS = 1, 2, 4, 8
 
 
 def nbytes_of(dtype: str, ne: Sequence[int], nb: Sequence[int]) -> int:
-    """``ggml_nbytes`` for block size 1: the type size plus the strided span."""
-    if len(ne) == 4 and len(nb) == 4:
-        n0, n1, n2, n3 = ne
-        if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
-            return 0
-        return (TYPE_SIZES.get(dtype, nb[0]) + (n0 - 1) * nb[0] + (n1 - 1) * nb[1] + (n2 - 1) * nb[2]
-                + (n3 - 1) * nb[3])
-    if any(n <= 0 for n in ne):
-        return 0
-    size = TYPE_SIZES.get(dtype, nb[0] if nb else 1)
-    for n, stride in zip(ne, nb):
-        size += (n - 1) * stride
-    return size
+    """``ggml_nbytes`` of a traced tensor, by its type's label (the analysis sees no DType)."""
+    return ggml_nbytes(TYPE_SIZES.get(dtype, nb[0] if nb else 1), 1, ne, nb)
 
 
 class HistoryKind(str, enum.Enum):

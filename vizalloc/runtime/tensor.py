@@ -23,6 +23,7 @@ from vizalloc.errors import ContextError, GraphError
 from vizalloc.runtime.dtype import DType
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
+from vizalloc.trace.events import ggml_nbytes
 
 if TYPE_CHECKING:
     from vizalloc.runtime.buffer import Buffer, Storage
@@ -157,19 +158,6 @@ def contiguous_strides(dtype: DType, ne: tuple[int, int, int, int]) -> tuple[int
     return (nb0, nb1, nb2, nb3)
 
 
-def nbytes_of(dtype: DType, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
-    """``ggml_nbytes``: the span of bytes the strides touch (0 for an empty tensor)."""
-    ne0, ne1, ne2, ne3 = ne
-    if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
-        return 0
-    nb0, nb1, nb2, nb3 = nb
-    # unrolled: the planner sizes every tensor of a graph with it
-    span = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
-    if dtype.blck_size == 1:
-        return dtype.type_size + (ne0 - 1) * nb0 + span
-    return ne0 * nb0 // dtype.blck_size + span
-
-
 class Tensor:
     """One ggml tensor: metadata plus a (possibly absent) data pointer.
 
@@ -224,7 +212,8 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         """``ggml_nbytes``: the byte span the strides touch."""
-        return nbytes_of(self.type, self.ne, self.nb)
+        dt = self.type
+        return ggml_nbytes(dt.type_size, dt.blck_size, self.ne, self.nb)
 
     @property
     def nelements(self) -> int:

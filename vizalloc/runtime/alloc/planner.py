@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 from vizalloc.errors import AllocationError
 from vizalloc.runtime.alloc.dyn_allocator import SIZE_MAX, DynAllocator
 from vizalloc.runtime.buffer import BufferType
-from vizalloc.runtime.tensor import INPLACE_OPS, Flag, Op, label, nbytes_of
+from vizalloc.runtime.tensor import INPLACE_OPS, Flag, Op, label
 from vizalloc.trace import events as ev
+from vizalloc.trace.events import ggml_nbytes
 from vizalloc.trace import recorder
 
 if TYPE_CHECKING:
@@ -238,7 +239,8 @@ def _flatten(graph: Graph, plain: bool, incremental: bool) -> FlatGraph:  # noqa
             state[k] = SKIPPED
             external.append(k)
         if plain:
-            size[k] = nbytes_of(t.type, t.ne, t.nb)
+            dt = t.type
+            size[k] = ggml_nbytes(dt.type_size, dt.blck_size, t.ne, t.nb)
     if len(index) != m + len(outside):
         raise _ListedTwice()
     j = 0
@@ -259,7 +261,7 @@ def _flatten(graph: Graph, plain: bool, incremental: bool) -> FlatGraph:  # noqa
         else:
             has_record[k] = 1
             if plain:
-                size[k] = nbytes_of(t.type, t.ne, t.nb)
+                size[k] = t.nbytes
     return FlatGraph(tensors, index, leaf_k, node_k, node_src, empty, view_root, flags, state, size, has_record,
                      external)
 
