@@ -12,8 +12,9 @@ Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences)
 from __future__ import annotations
 
 import argparse
-import os
 import importlib
+import os
+import re
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from vizalloc.errors import VizallocError
 #: subcommand -> (module, one-line help). The order is the order ``--help`` shows.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("vizalloc.cli.demo", "run the shared-tensor training loop with and without a fix and compare"),
-    "run": ("vizalloc.cli.run", "trace a Python script into a trace file (like memray run)"),
+    "run": ("vizalloc.cli.run", "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"),
     "check": ("vizalloc.cli.check", "report hazards in a trace; exit 1 if any (for CI)"),
     "summary": ("vizalloc.cli.summary", "tables of graphs, plans, buffers, peaks and hazards"),
     "diff": ("vizalloc.cli.diff", "compare two traces or two plans"),
@@ -64,11 +65,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(COMMANDS[name][0])
-        p = sub.add_parser(name, help=help_text, description=getattr(module, "__doc__", None) or help_text,
+        p = sub.add_parser(name, help=help_text, description=plain_help(getattr(module, "__doc__", None) or help_text),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser
+
+
+def plain_help(doc: str) -> str:
+    """A command module's docstring as ``--help`` shows it: reST literals without their
+    double backticks (an option or a file name bare, a phrase in single backticks).
+
+        >>> plain_help("``--shadow`` replays, like ``memray run``")
+        '--shadow replays, like `memray run`'
+    """
+    return re.sub(r"``([^`]+)``", lambda m: m.group(1) if " " not in m.group(1) else f"`{m.group(1)}`", doc)
 
 
 def _version() -> str:

@@ -96,8 +96,10 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
 def load_model(path: str, label: str = "") -> Any:
     """Load a trace file and build its model (with progress on a terminal)."""
     from vizalloc.analysis.model import build_model
+    from vizalloc.cli.inputs import check_trace_path
     from vizalloc.trace.api import load
 
+    check_trace_path(path)
     trace = load(path)
     with progress_bar(f"model {label or path}") as progress:
         return build_model(trace, progress=progress)

@@ -6,6 +6,7 @@
     vizalloc demo --out-dir /tmp/traces -f          # overwrite earlier traces
     vizalloc demo --no-trace
     vizalloc demo --driver opt --presize            # through ggml-opt's OptContext
+    vizalloc demo --capture-values -f               # traces that `vizalloc check --shadow` can replay
 
 The forward and backward graphs of a small MLP share tensor objects. After each scheduler
 reset those tensors keep stale data pointers, the graph allocator treats them as external
@@ -13,9 +14,12 @@ memory, and the next plan puts new tensors on their bytes. Each strategy trains 
 same parameters on the same batches; beside it a reference run computes every step on a
 brand-new scheduler, so the divergence printed is measured, not assumed.
 
-With tracing available, each strategy's loop is written to ``demo-<strategy>.vztrace`` in
-``--out-dir`` (existing files are kept unless ``-f``); open one with ``vizalloc tui`` or
-check it with ``vizalloc check``.
+With tracing available, each strategy's loop is written to demo-<strategy>.vztrace in
+--out-dir (existing files are kept unless -f); open one with `vizalloc tui` or check it
+with `vizalloc check` (with --capture-values, `vizalloc check --shadow` replays it).
+
+Exit codes: 0 when the strategies ran (a CORRUPTED verdict is the demo's result, not an
+error); 2 for bad options, or when a trace file already exists without -f.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the traces demo-<strategy>.vztrace go (default: the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite existing trace files")
     parser.add_argument("--no-trace", action="store_true", help="do not write traces")
+    parser.add_argument("--capture-values", action="store_true",
+                        help="also record graph inputs and outputs at every compute, so that "
+                             "`vizalloc check TRACE --shadow` can replay the computes and show the first wrong node")
     # --tui (added by the TUI engineer): browse a trace after the run
     parser.add_argument("--tui", action="store_true",
                         help="open the first strategy's trace in `vizalloc tui` after the run")
@@ -133,7 +140,7 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         around = None
         if name in paths and api is not None:
-            around = functools.partial(api.trace, paths[name])
+            around = functools.partial(api.trace, paths[name], capture_values=args.capture_values)
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)

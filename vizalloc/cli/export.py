@@ -10,8 +10,10 @@ or MiniMalloc CSV from a trace file.
 The output goes next to the trace as ``<trace stem><ending>`` (``.dot``, ``.svg``,
 ``.layout.svg``, ``.perfetto.json``, ``.report.json``, ``.minimalloc.csv``) unless ``-o``
 names it; an existing file is only replaced with ``-f``. Diagrams show the first
-binding with a finding (else the last binding) unless ``--binding``/``--graph`` say
-otherwise. Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
+binding with a finding, else the most informative one (the most scheduler splits, then
+the most bytes placed), unless ``--binding``/``--graph`` say otherwise; the picture and
+stderr say which was drawn and why. ``--offsets`` adds the recorded offsets to the
+MiniMalloc CSV (a solution file). Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
 instead, says how to install Graphviz, and exits 0. MiniMalloc writes one file per
 slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
 """
@@ -19,11 +21,11 @@ slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vizalloc.cli.inputs import check_trace_path
 from vizalloc.errors import UsageError
 
 if TYPE_CHECKING:
@@ -87,15 +89,12 @@ def _write(path: Path, text: str) -> None:
 def _load(path: str) -> Trace:
     from vizalloc.trace.api import load
 
-    if not os.path.exists(path):
-        raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py`")
-    if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory, not a trace file")
+    check_trace_path(path)
     return load(path)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from vizalloc.export.api import Analysed, Format, Options, export_texts
+    from vizalloc.export.api import Analysed, Format, Options, chosen, export_texts
     from vizalloc.export.dot import INSTALL_HINT, find_dot
 
     if args.max_nodes < 0:
@@ -121,6 +120,13 @@ def execute(args: argparse.Namespace) -> int:
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
                       offsets=args.offsets, header=getattr(trace, "header", None))
     texts = export_texts(analysed, fmt, options)
+    sel = chosen(analysed, fmt, options)
+    if sel is not None:
+        hint = "" if args.binding is not None or args.graph is not None else \
+            "; draw another with --binding N or --graph N (see `vizalloc summary`)"
+        what = f"plan #{sel.plan_id} of {sel.title}" if fmt is Format.MINIMALLOC else sel.title
+        print(f"vizalloc export: {'wrote' if fmt is Format.MINIMALLOC else 'drew'} {what}: {sel.reason}{hint}",
+              file=sys.stderr)
 
     if to_stdout:
         sys.stdout.write("\n".join(texts.values()))

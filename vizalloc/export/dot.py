@@ -31,7 +31,7 @@ from vizalloc.export.graph_model import (
     FLAG_INPUT, FLAG_LOSS, FLAG_OUTPUT, FLAG_PARAM, EdgeKind, GNode, GraphModel, Highlight, NodeRole,
     build_graph_model,
 )
-from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape
+from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape
 
 #: Fill colours for buffers, in legend order (ColorBrewer Set3, light enough for black text).
 BUFFER_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -134,7 +134,7 @@ def _legend(model: GraphModel, fills: dict[int, str], borders: dict[str, str]) -
     for b in model.buffers:
         freed = " (freed)" if b.freed else ""
         rows.append(f'<TR><TD BGCOLOR="{fills[b.buffer_id]}" WIDTH="18"> </TD><TD ALIGN="LEFT">'
-                    f"{dot_html(f'buf #{b.buffer_id} {b.backend} {b.buft} {b.usage} {fmt_bytes(b.nbytes)}{freed}')}"
+                    f"{dot_html(buffer_title(b.buffer_id, b.backend, b.buft, b.usage, b.nbytes) + freed)}"
                     "</TD></TR>")
     for name, colour in borders.items():
         rows.append(f'<TR><TD><FONT COLOR="{colour}"><B>[ ]</B></FONT></TD><TD ALIGN="LEFT">border: backend '

@@ -233,7 +233,7 @@ def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding
         else:
             buffers.append(BufferKey(b, info_b.backend, info_b.buft, info_b.nbytes, info_b.usage,
                                      info_b.freed_seq <= cut))
-    notes = []
+    notes = [sel.note] if sel.note else []
     n_stale = sum(1 for n in nodes if n.stale)
     if n_stale:
         notes.append(f"{n_stale} stale tensor(s)")

@@ -79,6 +79,8 @@ class VizallocApp(App[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
+        # Ctrl-C quits, as in any terminal program (Textual's default only says "press ctrl+q")
+        Binding("ctrl+c,ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("e", "export", "Export"),
         Binding("1", "pane_to('timeline')", "Timeline", show=False),

@@ -61,7 +61,7 @@ OUTPUT = int(Flag.OUTPUT)
 VIEW_OP = 4
 #: bytes.translate table: 1 where the INPUT bit is set
 _INPUT_BIT = bytes(v & INPUT for v in range(256))
-#: ``ggml_op_can_inplace`` by object identity (an Enum's ``__hash__`` runs Python code)
+#: ``ggml_op_can_inplace`` (the default rules) by object identity (an Enum's ``__hash__`` runs Python code)
 _INPLACE_IDS = frozenset(id(op) for op in INPLACE_OPS)
 
 
@@ -321,17 +321,20 @@ class Plan:
 
 
 def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[DynAllocator],
-               node_ids: list[int], leaf_ids: list[int], plain: bool) -> Plan:
+               node_ids: list[int], leaf_ids: list[int], plain: bool,
+               inplace_ops: frozenset[Op] = INPLACE_OPS) -> Plan:
     """Plan ``graph`` (``ggml_gallocr_alloc_graph_impl``) with fresh ``dyn`` allocators."""
-    return plan(galloc_id, graph.id, flatten(graph, plain), bufts, dyn, node_ids, leaf_ids, plain)
+    return plan(galloc_id, graph.id, flatten(graph, plain), bufts, dyn, node_ids, leaf_ids, plain, inplace_ops)
 
 
 def plan(galloc_id: int, graph_id: int, flat: FlatGraph, bufts: Sequence[BufferType],  # noqa: C901
-         dyn: Sequence[DynAllocator], node_ids: Sequence[int], leaf_ids: Sequence[int], plain: bool) -> Plan:
+         dyn: Sequence[DynAllocator], node_ids: Sequence[int], leaf_ids: Sequence[int], plain: bool,
+         inplace_ops: frozenset[Op] = INPLACE_OPS) -> Plan:
     """ggml's ``ggml_gallocr_alloc_graph_impl`` on a flattened graph; returns the records.
 
     ``node_ids`` / ``leaf_ids``: the buffer id of each node / leaf. ``plain``: every buffer
-    type sizes tensors by ``nbytes`` (``flat.size`` holds them).
+    type sizes tensors by ``nbytes`` (``flat.size`` holds them). ``inplace_ops``: the ops
+    that may take a parent over in place (``ggml_op_can_inplace`` of the ggml version followed).
     """
     tracing = recorder.active()
     emit = recorder.emit
@@ -355,7 +358,7 @@ def plan(galloc_id: int, graph_id: int, flat: FlatGraph, bufts: Sequence[BufferT
 
     Refused = ev.PlanRefused
     RR = ev.RefuseReason
-    inplace_ops = _INPLACE_IDS
+    inplace_ids = _INPLACE_IDS if inplace_ops is INPLACE_OPS else frozenset(id(op) for op in inplace_ops)
     index_get = flat.index.get
     node_row: dict[int, list[int]] = {}  # a node's source row by number, filled on first need
 
@@ -373,7 +376,7 @@ def plan(galloc_id: int, graph_id: int, flat: FlatGraph, bufts: Sequence[BufferT
         the test is cheaper than the call). ``srcs``: its source numbers, when the caller has them."""
         state[k] = OWN
         t = tensors[k]
-        if id(t.op) in inplace_ops:
+        if id(t.op) in inplace_ids:
             # take over the first parent that is this planner's, not an output, laid out
             # like t, and has t as its last consumer
             if srcs is None:
