@@ -325,7 +325,7 @@ def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> No
         key = (HazardKind.PLAN_OVERFLOW, b.galloc_id, plan.plan_id, j)
         if col.bump(key, b.begin_seq, b.binding_id):
             continue
-        col.add(key, lambda j=j, was=was, now=now, w_info=w_info, p=p, entry_end=entry_end, covered=covered: Hazard(
+        col.add(key, lambda: Hazard(
             HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
                                                                                       covered[0][1]),
             p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import cast
 from dataclasses import dataclass
 
 from vizalloc.errors import TraceFormatError
@@ -402,12 +403,12 @@ def _finish(part: dict[str, object]) -> Call:
     """A call whose lists came in continuation records, once complete."""
     base = part["call"]
     assert isinstance(base, Call)
-    nodes, leafs = tuple(part["nodes"]), tuple(part["leafs"])  # type: ignore[arg-type]
+    nodes, leafs = tuple(cast("list[int]", part["nodes"])), tuple(cast("list[int]", part["leafs"]))
     if len(nodes) != part["n_nodes"] or len(leafs) != part["n_leafs"]:
         raise CaptureFormatError(f"call {base.call} ({base.kind.function}) lists {len(nodes)} of "
                                  f"{part['n_nodes']} nodes and {len(leafs)} of {part['n_leafs']} leafs")
-    node_ids = tuple(part["node_ids"]) if part["has_node_ids"] else None  # type: ignore[arg-type]
-    leaf_ids = tuple(part["leaf_ids"]) if part["has_leaf_ids"] else None  # type: ignore[arg-type]
+    node_ids = tuple(cast("list[int]", part["node_ids"])) if part["has_node_ids"] else None
+    leaf_ids = tuple(cast("list[int]", part["leaf_ids"])) if part["has_leaf_ids"] else None
     return Call(base.call, base.parent, base.kind, base.lib, base.obj, base.graph, base.t_ns, base.site, nodes,
                 leafs, node_ids, leaf_ids)
 

@@ -38,7 +38,7 @@ from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.alloc.rules import AllocatorRules, is_known, rules_for
 from vizalloc.runtime.backends.base import NOOP_OPS
-from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Storage, Usage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
@@ -623,11 +623,13 @@ class Importer:
         return out
 
 
-def _describe(where: tuple[Buffer, int] | None) -> str:
+def _describe(where: tuple[Storage | None, int | None] | None) -> str:
     if where is None:
         return "no memory"
-    buf, offset = where
-    return f"buffer #{buf.id} ({buf.buft.name}) + {offset}"
+    storage, offset = where
+    if isinstance(storage, Buffer):
+        return f"buffer #{storage.id} ({storage.buft.name}) + {offset}"
+    return f"{'no buffer' if storage is None else 'a context pool'} + {offset}"
 
 
 def _op_params(s: TensorStruct, op_name: str, ops: dict[tuple[int, int, int], str], lib: int) -> tuple[int | str, ...]:

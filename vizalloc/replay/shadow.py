@@ -277,6 +277,9 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
         for root in missing:
             info = model.tensors[root]
             dt = DType.from_label(info.dtype).numpy
+            if dt is None:
+                raise UsageError(f"shadow execution: input '{model.label(root)}' is {info.dtype}, a type vizalloc "
+                                 "cannot compute with; the trace has no captured values for it")
             n = 1
             for d in info.ne:
                 n *= d

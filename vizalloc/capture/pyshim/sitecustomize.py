@@ -9,6 +9,7 @@ definition forwards to the real one. Nothing else changes; a sitecustomize the p
 would have loaded is still loaded.
 """
 
+import importlib
 import os
 import sys
 
@@ -19,7 +20,7 @@ def _chain_to_the_programs_own_sitecustomize() -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
-        import sitecustomize  # noqa: F401  (the program's own, if there is one)
+        importlib.import_module("sitecustomize")  # the program's own, if there is one
     except ImportError:
         pass
     finally:
@@ -40,7 +41,7 @@ def _route_ctypes_through_the_capture() -> None:
         return
     original = ctypes.CDLL.__getitem__
 
-    def __getitem__(self, name_or_ordinal):  # type: ignore[no-untyped-def]
+    def __getitem__(self, name_or_ordinal):
         if isinstance(name_or_ordinal, str) and name_or_ordinal in names and self is not global_scope:
             try:
                 func = self._FuncPtr((name_or_ordinal, global_scope))
