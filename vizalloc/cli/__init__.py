@@ -1,9 +1,11 @@
 """The ``vizalloc`` command: the only place that touches paths and turns errors into exit codes.
 
 Each subcommand lives in its own module ``vizalloc/cli/<name>.py`` that defines
-``HELP`` (one line), ``add_arguments(parser)`` and ``execute(args) -> int``.
-Modules are imported only when their command runs, so ``vizalloc --help`` stays fast
-and a missing optional dependency only affects the command that needs it.
+``add_arguments(parser)`` and ``execute(args) -> int``; its docstring is its ``--help``
+text, and its one-line help is in ``COMMANDS`` (the one place: ``vizalloc --help`` lists
+every command without importing its module). Modules are imported only when their command
+runs, so ``vizalloc --help`` stays fast and a missing optional dependency only affects
+the command that needs it.
 
 Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences),
 2 bad input or usage, 130 interrupted.

@@ -29,8 +29,6 @@ from typing import Any
 from vizalloc.errors import UsageError
 from vizalloc.gcpause import gc_paused
 
-HELP = "report hazards in a trace; exit 1 if any (for CI)"
-
 DEFAULT_FAIL_ON = "all-but-replan"
 
 

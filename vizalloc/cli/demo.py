@@ -34,8 +34,6 @@ from typing import Any
 
 from vizalloc.errors import UsageError
 
-HELP = "run the shared-tensor training loop with and without a fix and compare"
-
 _DEFAULT_STRATEGIES = "none,dup"
 
 

@@ -20,8 +20,6 @@ from typing import Any
 from vizalloc.cli.check import analyse, load_model
 from vizalloc.cli.console import stdout_console
 
-HELP = "compare two traces or two plans"
-
 
 #: Reads files only: the console script may end the process without freeing objects one by one.
 FAST_EXIT = True

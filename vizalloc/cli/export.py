@@ -31,7 +31,6 @@ from vizalloc.errors import UsageError
 if TYPE_CHECKING:
     from vizalloc.trace.api import Trace
 
-HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
 FORMATS = ("dot", "svg", "layout", "perfetto", "json", "minimalloc")
 
 

@@ -18,8 +18,6 @@ from typing import Any
 
 from vizalloc.errors import CaseFormatError, UsageError
 
-HELP = "plan a graph file (golden format) and print or check the offsets"
-
 
 #: Reads files only: the console script may end the process without freeing objects one by one.
 FAST_EXIT = True

@@ -38,8 +38,6 @@ from typing import Any
 
 from vizalloc.errors import UsageError
 
-HELP = "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # the script's own options come after its name; a prefix of one of ours ("--c") must

@@ -21,8 +21,6 @@ from typing import Any
 from vizalloc.cli.check import analyse, counts, load_model
 from vizalloc.cli.console import stdout_console
 
-HELP = "tables of graphs, plans, buffers, peaks and hazards"
-
 
 #: Reads files only: the console script may end the process without freeing objects one by one.
 FAST_EXIT = True
