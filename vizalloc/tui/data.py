@@ -21,7 +21,7 @@ from vizalloc.analysis.model import TraceModel, build_model
 from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
-from vizalloc.tui.tensors import TensorOrder, TensorRows, build_tensor_rows
+from vizalloc.tui.tensorrows import TensorOrder, TensorRows, build_tensor_rows
 
 #: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
 Progress = Callable[[str, int, int], None]

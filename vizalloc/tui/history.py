@@ -16,7 +16,7 @@ from vizalloc.analysis.model import NEVER, HistoryKind, TraceModel, history_kind
 from vizalloc.trace import events as ev
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 
 
 @dataclass(frozen=True, slots=True)

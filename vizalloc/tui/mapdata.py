@@ -27,7 +27,7 @@ from vizalloc.analysis.model import NEVER, TraceModel
 from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.export.units import buffer_title
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 
 
 @dataclass(frozen=True, slots=True)

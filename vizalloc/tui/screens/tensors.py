@@ -21,7 +21,7 @@ from textual.widget import Widget
 
 from vizalloc.tui.inert import inert
 from vizalloc.tui.screens.base import PaneScreen
-from vizalloc.tui.tensors import TensorOrder, TensorRows, TensorState
+from vizalloc.tui.tensorrows import TensorOrder, TensorRows, TensorState
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 _STATE_STYLE = {TensorState.STALE: "bold #ff8787", TensorState.VIEW: "#87afd7", TensorState.INPLACE: "#d7af5f",

@@ -1,4 +1,5 @@
-"""The tensor table's rows, as columns (one list per field) so 100k+ tensors stay cheap.
+"""The tensors table's data (the pane that shows it is ``tui.screens.tensors``): its rows,
+as columns (one list per field) so 100k+ tensors stay cheap.
 
 A tensor's *state* sums up how it got its bytes (the last placement decides, a stale
 one wins): ``stale`` (it was skipped as external by a plan while its placement was
