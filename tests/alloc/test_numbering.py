@@ -10,7 +10,7 @@ from vizalloc.runtime import Context, Graph
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.alloc.planner import flatten
 from vizalloc.runtime.tensor import Op
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.alloc.helpers import INPUT, cpu, leaf, node, view
 
@@ -18,7 +18,7 @@ from tests.alloc.helpers import INPUT, cpu, leaf, node, view
 def _records(g: Graph, traced: bool) -> tuple:
     galloc = GraphAllocator(cpu())
     if traced:
-        with ListRecorder():
+        with StrictRecorder():
             galloc.reserve(g)
     else:
         galloc.reserve(g)

@@ -6,7 +6,7 @@ from vizalloc.analysis.model import (
     NEVER, HistoryKind, LiveRange, PlacementState, build_model, nbytes_of,
 )
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.analysis.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
@@ -20,7 +20,7 @@ def test_nbytes_matches_ggml():
 
 
 def test_accepts_a_recorder_or_events():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     rec.events.append(ev.Marker(1, 0, None, "hello"))
     assert build_model(rec).markers[0].text == "hello"
     assert build_model(tuple(rec.events)).n_events == 1

@@ -11,7 +11,7 @@ from vizalloc.analysis.model import build_model
 from vizalloc.analysis.quality import Block, greedy_by_size, peak_live, plan_quality
 from vizalloc.runtime.casefile import CaseReplay, parse_case
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.analysis.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
@@ -91,7 +91,7 @@ def test_padding_waste():
 
 def golden_model(name: str):
     data = json.loads((GOLDEN / f"{name}.json").read_text())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         CaseReplay(parse_case(data)).run()
     return data, build_model(rec.events)
 

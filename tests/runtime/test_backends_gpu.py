@@ -22,7 +22,7 @@ from vizalloc.runtime.backends import (
 from vizalloc.runtime.buffer import POISON
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 pytestmark = pytest.mark.gpu
 
@@ -91,7 +91,7 @@ def test_mlp_forward_on_cuda_equals_numpy(gpu: CudaBackend) -> None:
     x, layers = mlp_data(sizes=(64, 128, 128, 10), batch=32)
     graph, out, _keep = build_mlp(gpu, x, layers)
     assert out.storage.xp is cupy
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         assert graph_compute(gpu, graph)
     # cupy may use TF32 for f32 GEMMs when asked to; tolerances allow for it
     np.testing.assert_allclose(tensor_get(out), mlp_numpy(x, layers), rtol=2e-3, atol=2e-3)

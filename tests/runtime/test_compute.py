@@ -32,7 +32,7 @@ from vizalloc.runtime.buffer import POISON, set_strict
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def standin_kernels() -> types.ModuleType:
@@ -180,7 +180,7 @@ def test_aliasing_in_compute_is_real() -> None:
 
 def test_compute_events_name_nodes_reads_and_the_users_line() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph); line = sys._getframe().f_lineno
     kinds = [type(e).__name__ for e in rec.events]
     assert kinds == ["ComputeBegin"] + ["NodeCompute"] * 4 + ["ComputeEnd"]
@@ -199,7 +199,7 @@ def test_compute_events_name_nodes_reads_and_the_users_line() -> None:
 
 def test_compute_ids_increase() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph)
         graph_compute(CPUBackend(), s.graph)
     ids = [e.compute_id for e in rec.events if isinstance(e, ev.ComputeBegin)]
@@ -208,7 +208,7 @@ def test_compute_ids_increase() -> None:
 
 def test_value_snapshots_capture_inputs_and_results() -> None:
     _, s = _allocated_small()
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), s.graph)
     snaps = [e for e in rec.events if isinstance(e, ev.ValueSnapshot)]
     begin = {e.tensor_id: e for e in snaps if e.when == "begin"}
@@ -230,7 +230,7 @@ def test_snapshots_of_a_graph_view_include_outside_sources() -> None:
     _, s = _allocated_small()
     graph_compute(CPUBackend(), s.graph)
     tail = s.graph.view(1, 3)  # add, r: no leafs; mm and b come from outside
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), tail)
     begin = [e.tensor_id for e in rec.events if isinstance(e, ev.ValueSnapshot) and e.when == "begin"]
     end = [e.tensor_id for e in rec.events if isinstance(e, ev.ValueSnapshot) and e.when == "end"]
@@ -239,7 +239,7 @@ def test_snapshots_of_a_graph_view_include_outside_sources() -> None:
 
 def test_no_snapshots_without_capture_values() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph)
     assert not any(isinstance(e, ev.ValueSnapshot) for e in rec.events)
 
@@ -269,7 +269,7 @@ def test_callback_returning_false_stops_the_compute(tracing: bool) -> None:
     _, s = _allocated_small()
     tensor_set(s.s, np.full(3, 42, dtype=np.float32))
     cb = lambda t, ask: t.name != "r" if not ask else t.name == "r"
-    rec = ListRecorder(capture_values=True)
+    rec = StrictRecorder(capture_values=True)
     with rec if tracing else contextlib.nullcontext():
         done = graph_compute(CPUBackend(), s.graph, callback=cb)
     assert done is False
@@ -317,7 +317,7 @@ def test_restricted_sim_backend_refuses_unsupported_ops() -> None:
     _, s = _allocated_small(sim)
     with pytest.raises(BackendError, match=r"SIM does not support op UNARY \(node 'r'\)"):
         graph_compute(sim, s.graph)
-    with ListRecorder(), pytest.raises(BackendError, match="does not support op UNARY"):
+    with StrictRecorder(), pytest.raises(BackendError, match="does not support op UNARY"):
         graph_compute(sim, s.graph)
 
 
@@ -350,7 +350,7 @@ def test_dangling_source_raises_in_strict_mode() -> None:
     set_strict(True)
     with pytest.raises(DanglingPointerError, match=f"'w' points into buffer #{wbuf.id}, which was freed"):
         graph_compute(CPUBackend(), g)
-    with ListRecorder(capture_values=True), pytest.raises(DanglingPointerError):
+    with StrictRecorder(capture_values=True), pytest.raises(DanglingPointerError):
         graph_compute(CPUBackend(), g)
 
 
@@ -417,7 +417,7 @@ def test_mlp_forward_traced_equals_untraced() -> None:
     graph, out, _keep = build_mlp(CPUBackend(), x, layers)
     graph_compute(CPUBackend(), graph)
     plain = tensor_get(out)
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), graph)
     np.testing.assert_array_equal(tensor_get(out), plain)
     nodes = [e for e in rec.events if isinstance(e, ev.NodeCompute)]
@@ -440,7 +440,7 @@ def test_view_ops_from_ops_are_skipped_and_read_through() -> None:
     alloc_ctx_tensors(ctx, CPUBackend())
     vals = np.arange(-3, 3, dtype=np.float32)
     tensor_set(a, vals)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), g)
     computed = [e.tensor_id for e in rec.events if isinstance(e, ev.NodeCompute)]
     assert [n.op for n in g.nodes] == [Op.RESHAPE, Op.TRANSPOSE, Op.CONT, Op.VIEW, Op.UNARY]

@@ -15,7 +15,7 @@ from vizalloc.runtime.memory import clear_tensor_pointers
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.scenarios import shared_tensors as st
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 SEED_CASES = sorted(p.name for p in GOLDEN.glob("seed_*.json"))
@@ -33,7 +33,7 @@ def test_seed_cases_exist():
 def test_seed_case_replays_exactly_through_the_scheduler(name):
     case = load(name)
     assert case.is_sched
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         replay = CaseReplay(case)
         assert isinstance(replay.sched, Scheduler)
         results = replay.run()

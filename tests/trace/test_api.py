@@ -142,7 +142,7 @@ def test_row_and_object_recorders_together_record_the_same_events(tmp_path: Path
     path = tmp_path / "mixed.vztrace"
     with vizalloc.trace(path) as t:
         vizalloc.mark("rows only")
-        with recorder.ListRecorder() as lst:   # a recorder without record_row: objects for all
+        with recorder.StrictRecorder() as lst:   # a recorder without record_row: objects for all
             ctx = Context()
             ctx.new_tensor_1d(F32, 8)
         vizalloc.mark("rows again")

@@ -168,3 +168,41 @@ SCHEMA: dict[type[ev.Event], KindSchema] = _build()
 
 #: The same, by kind name.
 BY_NAME: dict[str, KindSchema] = {s.name: s for s in SCHEMA.values()}
+
+
+def _fits(codec: str, v: Any) -> bool:
+    """Whether ``v`` is exactly what a field of ``codec`` holds (no int for a bool, no
+    numpy scalar for an int, no list for a tuple)."""
+    if codec == "int":
+        return type(v) is int
+    if codec == "str":
+        return type(v) is str
+    if codec == "bool":
+        return type(v) is bool
+    if codec == "float":
+        return type(v) is float
+    if codec == "bytes":
+        return type(v) is bytes
+    if codec == "scalar":
+        return type(v) in SCALAR_TYPES
+    if codec.startswith("enum:"):
+        return type(v) is ENUMS[codec[5:]]
+    if codec.startswith("tuple<"):
+        inner = codec[6:-1]
+        return type(v) is tuple and all(_fits(inner, e) for e in v)
+    raise TypeError(f"unknown codec {codec}")  # pragma: no cover
+
+
+def check_event(event: ev.Event) -> None:
+    """Raise ``TypeError`` naming the kind, field, value and expected codec when a field of
+    ``event`` holds a value of another type than the schema says (``emit`` does not check:
+    the runtime's hot paths call it). Used by ``recorder.StrictRecorder``."""
+    schema = SCHEMA.get(type(event))
+    if schema is None:
+        raise TypeError(f"{type(event).__name__} is not an event kind of vizalloc.trace.events")
+    for name, codec in (("seq", "int"), ("t_ns", "int"), *zip(schema.fields, schema.codecs)):
+        v = getattr(event, name)
+        if not _fits(codec, v):
+            raise TypeError(f"{schema.name}.{name} = {v!r} ({type(v).__name__}): the schema says {codec}")
+    if event.loc is not None and type(event.loc) is not ev.Location:
+        raise TypeError(f"{schema.name}.loc = {event.loc!r}: expected a Location or None")
