@@ -85,7 +85,6 @@ def test_tensor_copy_host_device_host(gpu: CudaBackend, recorded) -> None:
 
 
 def test_mlp_forward_on_cuda_equals_numpy(gpu: CudaBackend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     from tests.runtime.test_compute import build_mlp, mlp_data, mlp_numpy
 
     x, layers = mlp_data(sizes=(64, 128, 128, 10), batch=32)
@@ -102,7 +101,6 @@ def test_mlp_forward_on_cuda_equals_numpy(gpu: CudaBackend) -> None:
 
 
 def test_graph_copy_from_cpu_to_cuda_computes_the_same(gpu: CudaBackend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     from tests.runtime.test_compute import build_mlp, mlp_data
 
     x, layers = mlp_data(seed=5)

@@ -401,7 +401,6 @@ def mlp_data(seed: int = 0, sizes: tuple[int, ...] = (12, 16, 16, 5), batch: int
 
 @pytest.mark.parametrize("backend", [CPUBackend(), SimBackend("GPU", alignment=256)], ids=["cpu", "sim"])
 def test_mlp_forward_equals_numpy(backend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     x, layers = mlp_data()
     graph, out, _keep = build_mlp(backend, x, layers)
     assert graph_compute(backend, graph)

@@ -135,9 +135,9 @@ def test_opt_driver_none_without_presize_is_a_use_after_free_with_right_numbers(
     """Measured, not assumed: the first switch reallocates the compute buffer, the stale
     forward tensors keep computing in the freed one, and the numbers happen to be right.
     The trace still shows the dangling pointers."""
-    api = pytest.importorskip("vizalloc.trace.api")
-    hazards = pytest.importorskip("vizalloc.analysis.hazards")
-    model = pytest.importorskip("vizalloc.analysis.model")
+    from vizalloc.trace import api
+    from vizalloc.analysis import hazards
+    from vizalloc.analysis import model
     holder = {}
 
     def around():

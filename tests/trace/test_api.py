@@ -228,7 +228,7 @@ def test_parquet_export_keeps_every_row(tmp_path: Path) -> None:
 
 
 def test_source_lines_point_at_user_code_and_packaged_scenarios() -> None:
-    scenario = pytest.importorskip("vizalloc.scenarios.shared_tensors")
+    import vizalloc.scenarios.shared_tensors as scenario
     sessions = []
     scenario.run("none", steps=1, seed=0, around_loop=lambda: sessions.append(vizalloc.trace()) or sessions[-1])
     files = {e.loc.file for e in sessions[0].trace.events if e.loc is not None}

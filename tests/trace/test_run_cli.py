@@ -105,7 +105,6 @@ def test_missing_script_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_check_reports_after_the_run(script: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("vizalloc.analysis.hazards")
     assert main(["run", "--check", "-o", "c.vztrace", str(script)]) == 0
     assert "vizalloc run --check:" in capsys.readouterr().err
 
