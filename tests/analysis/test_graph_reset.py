@@ -18,7 +18,7 @@ from vizalloc.runtime.tensor import set_input, set_output
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def _chain(ctx: Context, x, n: int, tag: str):

@@ -11,7 +11,7 @@ from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 from vizalloc.tui.steps import Prescan, StepKind, count_hazards
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def two_steps() -> tuple[TraceBuilder, dict[str, int]]:

@@ -8,7 +8,7 @@ from vizalloc.analysis.model import (
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
 
 

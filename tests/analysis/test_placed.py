@@ -7,7 +7,7 @@ from __future__ import annotations
 from vizalloc.analysis.model import PlacementState, build_model
 from vizalloc.analysis.placed import placed_roots
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.tui.fixture_trace import G1, G2, G3, H, LOSS, W, X, Y, fixed_trace
 
 

@@ -26,7 +26,7 @@ from vizalloc.runtime.tensor import Tensor, set_input, set_output
 from vizalloc.trace import api
 from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def _mlp_graph(prefix: str, ops_: tuple[str, str, str] = ("add", "mul", "sub")) -> Graph:

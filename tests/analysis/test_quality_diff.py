@@ -13,7 +13,7 @@ from vizalloc.runtime.casefile import CaseReplay, parse_case
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
