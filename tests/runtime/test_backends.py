@@ -70,10 +70,7 @@ def test_sim_backend_buffer_type_is_configurable() -> None:
         SimBackend(alignment=48)
 
 
-def test_sim_backend_op_subsets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.runtime.test_compute import use_kernels
-
-    use_kernels(monkeypatch)  # supports_op also asks the kernels
+def test_sim_backend_op_subsets() -> None:
     ctx = Context()
     a = ctx.new_tensor_2d(F32, 4, 4)
     b = ctx.new_tensor_2d(F32, 4, 4)

@@ -5,10 +5,8 @@ dangling pointers: poison by default, DanglingPointerError in strict mode)."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import sys
-import types
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,61 +27,15 @@ from vizalloc.runtime.backends import (
     graph_copy,
 )
 from vizalloc.runtime.buffer import POISON, set_strict
-from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
+from vizalloc.runtime.memory import tensor_alloc, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 
 
-def standin_kernels() -> types.ModuleType:
-    """A stand-in for ``vizalloc.runtime.kernels`` (ADD, MUL_MAT, RELU, SCALE) used only
-    while the ops engineer's module does not exist yet; the real one is preferred."""
-    mod = types.ModuleType("vizalloc.runtime.kernels")
-    known = {Op.ADD, Op.MUL_MAT, Op.SCALE}
-
-    def has_kernel(t: Tensor) -> bool:
-        return t.op in known or (t.op is Op.UNARY and t.op_params[:1] == (UnaryOp.RELU,))
-
-    def compute_forward(t: Tensor) -> None:
-        if not has_kernel(t):
-            raise BackendError(f"stand-in kernels: no kernel for {t.op.name}")
-        out = tensor_array(t)
-        a = tensor_array(t.src[0])
-        if t.op is Op.ADD:
-            np.add(a, tensor_array(t.src[1]), out=out)
-        elif t.op is Op.MUL_MAT:
-            np.matmul(tensor_array(t.src[1]), a.swapaxes(-1, -2), out=out)
-        elif t.op is Op.SCALE:
-            np.multiply(a, np.float32(t.op_params[0]), out=out)
-        else:
-            np.maximum(a, np.float32(0), out=out)
-
-    mod.has_kernel = has_kernel  # type: ignore[attr-defined]
-    mod.compute_forward = compute_forward  # type: ignore[attr-defined]
-    return mod
-
-
-def use_kernels(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """The real kernels when they are complete, else the stand-in (patched in for one test)."""
-    from vizalloc import runtime
-
-    try:
-        real = importlib.import_module("vizalloc.runtime.kernels")
-    except ModuleNotFoundError as exc:
-        if exc.name != "vizalloc.runtime.kernels":
-            raise
-        real = None
-    if real is not None and hasattr(real, "compute_forward") and hasattr(real, "has_kernel"):
-        return real
-    mod = standin_kernels()
-    monkeypatch.setitem(sys.modules, "vizalloc.runtime.kernels", mod)
-    monkeypatch.setattr(runtime, "kernels", mod, raising=False)
-    return mod
-
-
 @pytest.fixture(autouse=True)
-def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
-    yield use_kernels(monkeypatch)
+def _not_strict() -> Iterator[None]:
+    yield
     set_strict(False)
 
 

@@ -1,5 +1,5 @@
 """Every kernel through its non-numpy branches: the same graph computed in CPU memory and
-in device memory emulated by numpy (the backend engineer's ``FakeCupy``, which makes
+in device memory emulated by numpy (``FakeCupy`` of test_backends_fakecupy, which makes
 ``t.storage.xp`` a module other than numpy) must give the same values. Real cupy on a
 GPU is exercised by the backend's gpu-marked tests."""
 

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-values", action="store_true",
                         help="also record graph inputs and outputs at every compute, so that "
                              "`vizalloc check TRACE --shadow` can replay the computes and show the first wrong node")
-    # --tui (added by the TUI engineer): browse a trace after the run
+    # --tui: browse a trace after the run
     parser.add_argument("--tui", action="store_true",
                         help="open the first strategy's trace in `vizalloc tui` after the run")
 
@@ -168,7 +168,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _open_tui(args: argparse.Namespace, paths: dict[str, str]) -> int:
-    """--tui (TUI engineer): browse the first strategy's trace, then exit 0."""
+    """--tui: browse the first strategy's trace, then exit 0."""
     if not getattr(args, "tui", False):
         return 0
     if not paths:

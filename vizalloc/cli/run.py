@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-values", action="store_true",
                         help="also record graph inputs and outputs at every compute (bigger traces; needed for replay)")
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
-    # --tui (added by the TUI engineer): browse the trace after the run
+    # --tui: browse the trace after the run
     parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py [ARGS] | -- PROGRAM [ARGS]",
                         help="a Python script on vizalloc's runtime and its arguments, or after -- a real ggml "
@@ -183,7 +183,7 @@ def _run_script(args: argparse.Namespace, script: str) -> int:
         found = _check(output, err)
         if code == 0 and found:
             code = 1
-    if getattr(args, "tui", False) and stats.n_events:  # --tui: browse the trace (TUI engineer)
+    if getattr(args, "tui", False) and stats.n_events:  # --tui: browse the trace
         from vizalloc.cli.tui import open_tui
 
         open_tui(output)

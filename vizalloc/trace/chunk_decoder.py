@@ -123,9 +123,8 @@ class ChunkDecoder:
         ``slice_events``: build each kind's events at most this many at a time, with a
         ``time.sleep(0)`` (which releases the GIL) after each slice. Without it (the fastest
         way, for ``load``) a kind's events are converted and constructed in single calls that
-        run in C for milliseconds each on a 65,536-event batch (~5 ms, up to ~30 ms on a busy
-        machine) without letting go of the GIL, which starves a UI thread while a worker
-        reads the file. The events are the same either way.
+        run in C for milliseconds each on a 65,536-event batch without letting go of the GIL,
+        which starves a UI thread while a worker reads the file. The events are the same either way.
 
         Raises ValueError (or IndexError) when the chunks do not fit their schema.
         """

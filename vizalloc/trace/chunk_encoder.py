@@ -169,8 +169,8 @@ class ChunkEncoder:
         self.stored = self._zlib is None
         self._zlib_ns_per_byte = 20.0  # first guess; measured from then on
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
-        # built on a kind's first event: a trace uses a few of the 35 kinds, and binding all
-        # of them cost ~0.5 ms per file (most of an empty trace's start-up)
+        # built on a kind's first event: a trace uses a few of the kinds, and binding all of
+        # them would be most of an empty trace's start-up
         self._row_encoders = _LazyEncoders(self._bind)
         #: kind -> [(field name, column converter)], bound with its row encoder
         self._converters: dict[type[ev.Event], list[tuple[str, Any]]] = {}

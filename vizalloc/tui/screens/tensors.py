@@ -1,7 +1,7 @@
 """The tensors pane: every tensor of the trace in a sortable, filterable table.
 
 The table is virtual (only visible rows are drawn) and sorting uses a permutation made
-once per column with numpy, so 500,000 tensors sort and filter in well under a second.
+once per column with numpy, so hundreds of thousands of tensors sort and filter quickly.
 ``/`` filters by name, ``f`` by state; ``n`` ``b`` ``o`` ``u`` ``l`` ``s`` ``i`` sort by
 name, bytes, offset, first use, last use, state, id; ``r`` reverses; enter opens one.
 The "first seq" and "last seq" columns are the events (the timeline's seq) of the
