@@ -24,7 +24,9 @@ clear). Otherwise, per foreign piece:
   (clobbered-output for ``tensor_get``);
 * T never wrote those bytes since it was placed → uninitialized-read when T was placed by
   a graph allocator (its bytes hold whatever was there before); for an external tensor
-  (weights, user memory) a foreign writer is a use-after-reuse, a gap is nothing.
+  (weights, user memory) a foreign writer is a use-after-reuse, a gap is nothing. In a
+  trace captured from a real process, graph inputs (flag INPUT) are judged like external
+  tensors: the program may write them straight into host memory, unseen by the capture.
 
     >>> from vizalloc.analysis.model import build_model
     >>> from vizalloc.analysis.hazards import Collector
@@ -42,6 +44,7 @@ from vizalloc.analysis.model import Placement, TraceModel
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
+INPUT_FLAG = 1  # ggml's GGML_TENSOR_FLAG_INPUT
 
 
 class _State:
@@ -55,6 +58,9 @@ class _State:
         self.last_write: dict[int, int] = {}     # alias key -> seq of its last write
         self.maps: dict[int, ByteMap] = {}       # buffer -> last-writer map
         self.freed: dict[int, int] = {}          # buffer -> seq freed
+        # a real process (vizalloc.capture) may write its inputs straight into host memory,
+        # which the capture cannot see: reads of its INPUT tensors are not judged uninitialized
+        self.unseen_input_writes = bool(model.captured)
         self.last_compute = -1                   # the compute begun last
         self.after_binding = -1                  # a binding begun since then (-1: none)
 
@@ -246,6 +252,10 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
     lw = st.last_write.get(k)
     if lw is not None and lw < placed:
         lw = None  # written only under an earlier placement: not since this one
+    if st.unseen_input_writes:
+        info = st.tensors.get(t)
+        if info is not None and info.flags & INPUT_FLAG:
+            return  # the program may have written these bytes unseen: nothing can be judged
     pool = p.pool
     found: dict[tuple[HazardKind, int], list[tuple[int, int, int]]] = {}
     for s, end, rec in pieces:

@@ -15,7 +15,8 @@ Where they are found:
   quarantine does;
 * ``uninitialized-read``, ``clobbered-output`` — ``dynamic.py``;
 * ``plan-mismatch`` — ``static.graph_signature`` per position, ``plan-overflow`` — the
-  leaf entries of a reused plan, ``replan`` — the ``Replan`` events (``static.py``).
+  leaf entries of a reused plan, ``replan`` — the ``Replan`` events (``static.py``);
+* ``replay-mismatch`` — the ``ReplayMismatch`` events of a captured process (``static.py``).
 
 Equal findings (same kind, tensors and buffer) are merged into one ``Hazard`` whose
 ``occurrences`` counts them and whose ``steps`` names the bindings or computes.
@@ -54,6 +55,7 @@ class HazardKind(str, enum.Enum):
     CLOBBERED_OUTPUT = "clobbered-output"
     PLAN_MISMATCH = "plan-mismatch"
     PLAN_OVERFLOW = "plan-overflow"
+    REPLAY_MISMATCH = "replay-mismatch"
     REPLAN = "replan"
 
 
@@ -86,6 +88,10 @@ DEFINITIONS: dict[HazardKind, str] = {
         "a binding placed a tensor at its plan entry's offset although it is larger than the entry: ggml "
         "re-validates node and source entries only, so a leaf that no node consumes can outgrow its entry, "
         "and its extra bytes overlap the tensors the plan put after it, whether or not anyone reads them",
+    HazardKind.REPLAY_MISMATCH:
+        "in a trace captured from a real ggml process, vizalloc's replay of one of its allocator calls "
+        "disagreed with what the process did (a tensor's buffer or offset, a buffer's size, the call's "
+        "result); the report names both values and the ggml version, and the trace keeps the real ones",
     HazardKind.REPLAN:
         "every re-plan with its cause (not the first plan); a re-plan before (nearly) every binding of one "
         "allocator is reported once more as churn",
@@ -229,8 +235,7 @@ def tensor_ref(model: TraceModel, tensor_id: int, placement: Placement | None = 
         return base
     return TensorRef(
         base.tensor_id, base.name, base.dtype, base.ne, base.op, base.created_loc, placement.buffer_id,
-        placement.offset, placement.nbytes, placement.by.value if isinstance(placement.by, ev.PlacedBy)
-        else str(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
+        placement.offset, placement.nbytes, ev.enum_text(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
     )
 
 
@@ -299,13 +304,14 @@ def find_hazards(model: TraceModel, *, progress: Callable[[int, int], None] | No
     ``progress(done, total)`` is called now and then during the byte-map pass (events done).
     """
     from vizalloc.analysis.dynamic import scan_accesses
-    from vizalloc.analysis.static import check_bindings, check_replans
+    from vizalloc.analysis.static import check_bindings, check_replans, check_replay
 
     col = Collector()
     with gc_paused():
         scan_accesses(model, col, progress=progress)
         check_bindings(model, col)
         check_replans(model, col)
+        check_replay(model, col)
     hazards = col.hazards()
     hazards.sort(key=Hazard.sort_key)
     return hazards

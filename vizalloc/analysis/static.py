@@ -20,7 +20,7 @@ from typing import Any
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis import rects as rects_mod
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, TensorRef, qlabel, tensor_ref
 from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
 from vizalloc.trace import events as ev
 
@@ -115,7 +115,7 @@ def _stale_text(model: TraceModel, b: BindingInfo, px: Placement, py: Placement,
     stale, fresh = (px, py) if x_stale else (py, px)
     by = (f"was placed over it by this binding (#{b.binding_id}), whose plan never saw its bytes"
           if fresh.binding_id == b.binding_id else
-          f"is placed there by {fresh.by.value if isinstance(fresh.by, ev.PlacedBy) else fresh.by}"
+          f"is placed there by {ev.enum_text(fresh.by)}"
           + (f" binding #{fresh.binding_id}" if fresh.binding_id >= 0 else ""))
     return (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id} "
             f"({why(stale)}); {qlabel(model, fresh.tensor_id)} {by}")
@@ -428,7 +428,7 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
         if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
             continue
-        cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
+        cause = ev.enum_text(r.cause)
         per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
         key = (HazardKind.REPLAN, r.galloc_id, cause)
         if col.bump(key, r.seq, -1):
@@ -447,3 +447,24 @@ def check_replans(model: TraceModel, col: Collector) -> None:
                 HazardKind.REPLAN, first.begin_seq,
                 access=f"galloc #{galloc} re-planned {n_replans} times for {len(bindings)} bindings",
                 access_loc=first.loc, cause="churn", detail=CHURN_ADVICE), -1)
+
+
+def check_replay(model: TraceModel, col: Collector) -> None:
+    """``replay-mismatch``: every difference between a captured process and vizalloc's replay
+    of it (``ReplayMismatch`` events), one hazard per kind of difference, call and tensor."""
+    for e in model.replay_mismatches:
+        key = (HazardKind.REPLAY_MISMATCH, e.what, e.call, e.tensor_id)
+        if col.bump(key, e.seq, -1):
+            continue
+        tensor = tensor_ref(model, e.tensor_id, None) if e.tensor_id in model.tensors else None
+        what = {"offset": "placed", "buffer_size": "sized a buffer", "result": "returned",
+                "buffers": "made buffers"}.get(e.what, e.what)
+        detail = (f"ggml {e.ggml_version}'s {e.call} {what}: {e.observed}; vizalloc's replay: {e.replayed}. "
+                  "The trace keeps what the process did; report this difference (with the ggml version) as a "
+                  "vizalloc bug, or a ggml whose allocator rules vizalloc does not model yet")
+
+        def make(e: ev.ReplayMismatch = e, tensor: TensorRef | None = tensor, detail: str = detail) -> Hazard:
+            return Hazard(HazardKind.REPLAY_MISMATCH, e.seq, tensor, access=f"{e.call} ({e.what})",
+                          access_loc=e.loc, detail=detail, cause=e.what)
+
+        col.add(key, make, -1)

@@ -83,6 +83,7 @@ class ImportResult:
 class _Mirror:
     tensor: Tensor
     struct: TensorStruct
+    struct_lib: int
 
 
 @dataclass
@@ -157,6 +158,8 @@ class Importer:
         self.sites: dict[str, str] = demangle({r.site.split("\t", 1)[-1] for r in records if isinstance(r, rf.Call)})
         self._unknown_memory: dict[int, Buffer] = {}
         self._compute_ids = itertools.count()
+        self._placeholder: Buffer | None = None
+        self._buffer_sizes: dict[int, list[tuple[str, int]]] = {}
 
     # -- driving -------------------------------------------------------------------------
     def run(self) -> ImportResult:
@@ -345,12 +348,25 @@ class Importer:
             raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {TENSOR_SIZE})")
         s = decode(r.address, r.raw)
         m = self.tensors.get(r.address)
-        if m is None or not m.struct.same_tensor(s):
+        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m):
             m = self._new_mirror(r.lib, s)
         elif m.struct.flags != s.flags:
             m.tensor._set_flags(s.flags)
         m.struct = s
         self.dirty[r.address] = None
+
+    def _same_sources(self, m: _Mirror) -> bool:
+        """Whether the tensors at the addresses ``m`` reads are still the ones it was made with: a
+        tensor rebuilt unchanged over a source that was renewed at the same address is new too."""
+        t, s = m.tensor, m.struct
+        for k, address in enumerate(s.src):
+            if address and (k >= len(t.src) or self._current(address) is not t.src[k]):
+                return False
+        return not s.view_src or self._current(s.view_src) is t.view_src
+
+    def _current(self, address: int) -> Tensor | None:
+        m = self.tensors.get(address)
+        return m.tensor if m is not None else None
 
     def _mirror_of(self, address: int, what: str) -> Tensor:
         m = self.tensors.get(address)
@@ -371,7 +387,7 @@ class Importer:
         )
         if s.flags:
             t._set_flags(s.flags)
-        m = _Mirror(t, s)
+        m = _Mirror(t, s, lib)
         self.tensors[s.address] = m
         self._by_id[t.id] = m
         return m
@@ -408,7 +424,16 @@ class Importer:
         t = m.tensor
         where = self._where(m.struct)
         if where is None and t.data is None:
-            return False
+            # a buffer but no data yet (a model loaded with no_alloc): ggml's planner counts
+            # such a tensor as allocated elsewhere, so the mirror keeps the buffer too
+            rb = self.buffers.get(m.struct.buffer) if m.struct.buffer else None
+            buffer = rb.mirror if rb is not None else None
+            if t.buffer is buffer or (buffer is None and m.struct.buffer == 0):
+                return False
+            if buffer is None:  # a buffer the capture never described: any non-None marker will do
+                buffer = self._placeholder_buffer()
+            t.buffer = buffer
+            return True
         if where is not None and t.data is not None and t.storage is where[0] and t.offset == where[1]:
             return False
         if t.data is not None:
@@ -420,6 +445,11 @@ class Importer:
             t.storage = buf
             recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
         return True
+
+    def _placeholder_buffer(self) -> Buffer:
+        if self._placeholder is None:
+            self._placeholder = BufferType("unknown", device=VIRTUAL).alloc_buffer(0, cause="never described")
+        return self._placeholder
 
     def _verify(self, call: _OpenCall) -> None:
         """After a replayed call: every tensor of its graph must sit where the real one does."""
@@ -500,6 +530,13 @@ class Importer:
                            else call.kind.function)
 
     def _graph(self, call: rf.Call) -> Graph:
+        # The capture writes a tensor again only when its bytes change, so a tensor rebuilt
+        # unchanged over a renewed source was not looked at: renew it now, sources first
+        # (leafs, then nodes in execution order).
+        for address in (*call.leafs, *call.nodes):
+            m = self.tensors.get(address)
+            if m is not None and not self._same_sources(m):
+                self._force(self._new_mirror(m.struct_lib, m.struct), ev.PlacedBy.OBSERVED)
         nodes = tuple(self._mirror_of(a, "a graph node").id for a in call.nodes)
         leafs = tuple(self._mirror_of(a, "a graph leaf").id for a in call.leafs)
         cached = self.graphs.get(call.graph)
@@ -593,6 +630,9 @@ class Importer:
             self._mismatch("result", -1, str(real_ok), str(open_.result), call)
         for b in open_.new_chunks:
             self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", call)
+        ga = open_.galloc.ga if open_.galloc else None
+        if ga is not None and open_.sizes is None:
+            self._buffer_sizes[id(ga)] = [(buft.name, ga.buffer_size(i)) for i, buft in enumerate(ga.bufts)]
 
     def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
         graph = self._graph(call)
@@ -614,13 +654,8 @@ class Importer:
         recorder.emit(ev.ReplayMismatch, what, tensor_id, observed, replayed, call.call.kind.function, version)
 
     def _compute_buffers(self) -> list[tuple[str, int]]:
-        out = []
-        for g in self.gallocs.values():
-            for i, buft in enumerate(g.ga.bufts):
-                size = g.ga.buffer_size(i)
-                if size:
-                    out.append((buft.name, size))
-        return out
+        """The buffers of each graph allocator's last plan (freed allocators included)."""
+        return [(name, size) for sizes in self._buffer_sizes.values() for name, size in sizes if size]
 
 
 def _describe(where: tuple[Storage | None, int | None] | None) -> str:

@@ -150,7 +150,8 @@ class VizallocApp(App[None]):
             src = self.source
             header = None
             if isinstance(src, (str, os.PathLike)):
-                events, header = read_events(src, self.scan, lambda d, t: self._progress("read", d, t))
+                events, header = read_events(src, self.scan, lambda d, t: self._progress("read", d, t),
+                                             on_cut=self._cut_short)
             else:
                 events = list(getattr(src, "events", src))
                 header = getattr(src, "header", None)
@@ -169,6 +170,11 @@ class VizallocApp(App[None]):
 
     def _progress(self, phase: str, done: int, total: int) -> None:
         self.post_message(LoadProgress(phase, done, total))
+
+    def _cut_short(self, sentence: str) -> None:
+        """The trace ends early (its writer was killed, or still runs): say so, keep going."""
+        self.call_from_thread(self.notify, inert(sentence, 400), title="the trace is cut short", severity="warning",
+                              timeout=30, markup=False)
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.load_phase = message.phase
