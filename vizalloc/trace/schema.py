@@ -170,19 +170,16 @@ SCHEMA: dict[type[ev.Event], KindSchema] = _build()
 BY_NAME: dict[str, KindSchema] = {s.name: s for s in SCHEMA.values()}
 
 
+#: The Python type a field of each plain codec holds, exactly.
+_EXACT_TYPES: dict[str, type] = {"int": int, "str": str, "bool": bool, "float": float, "bytes": bytes}
+
+
 def _fits(codec: str, v: Any) -> bool:
     """Whether ``v`` is exactly what a field of ``codec`` holds (no int for a bool, no
     numpy scalar for an int, no list for a tuple)."""
-    if codec == "int":
-        return type(v) is int
-    if codec == "str":
-        return type(v) is str
-    if codec == "bool":
-        return type(v) is bool
-    if codec == "float":
-        return type(v) is float
-    if codec == "bytes":
-        return type(v) is bytes
+    exact = _EXACT_TYPES.get(codec)
+    if exact is not None:
+        return type(v) is exact
     if codec == "scalar":
         return type(v) in SCALAR_TYPES
     if codec.startswith("enum:"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,7 @@ def plain_alloc_size(buft: BufferType) -> bool:
 
 # -- step 1: the graph as numbered lists ----------------------------------------------
 
+@dataclass(slots=True)
 class FlatGraph:
     """A graph numbered for the planner: tensor ``k``'s facts at index ``k`` of each list.
 
@@ -81,36 +83,29 @@ class FlatGraph:
     A tensor listed twice has one number.
     """
 
-    __slots__ = ("tensors", "index", "leaf_k", "node_k", "node_src", "empty", "view_root", "flags", "state",
-                 "size", "has_record", "external")
-
-    def __init__(self, tensors: list[Tensor], index: dict[Tensor | None, int], leaf_k: list[int],
-                 node_k: list[int], node_src: list[list[int]], empty: int, view_root: list[int],
-                 flags: bytearray, state: bytearray, size: list[int], has_record: bytearray,
-                 external: list[int]) -> None:
-        #: number -> tensor (``tensors[empty]`` is None and never read)
-        self.tensors = tensors
-        #: tensor -> number
-        self.index = index
-        #: each leaf's / node's number, in graph order
-        self.leaf_k = leaf_k
-        self.node_k = node_k
-        #: each node's source slots as numbers, in slot order
-        self.node_src = node_src
-        self.empty = empty
-        #: number of the view root (-1: not a view)
-        self.view_root = view_root
-        #: INPUT, OUTPUT and VIEW_OP bits
-        self.flags = flags
-        #: UNPLACED, or SKIPPED for views, external tensors and ``empty``
-        self.state = state
-        #: ``nbytes`` of each tensor that gets a record (0 otherwise; only filled when the
-        #: buffer types size tensors by ``nbytes``)
-        self.size = size
-        #: 1 where ggml records the tensor's hash entry: neither a view nor holding data
-        self.has_record = has_record
-        #: the external tensors' numbers, in the order they were found
-        self.external = external
+    #: number -> tensor (``tensors[empty]`` is None and never read)
+    tensors: list[Tensor]
+    #: tensor -> number
+    index: dict[Tensor | None, int]
+    #: each leaf's / node's number, in graph order
+    leaf_k: list[int]
+    node_k: list[int]
+    #: each node's source slots as numbers, in slot order
+    node_src: list[list[int]]
+    empty: int
+    #: number of the view root (-1: not a view)
+    view_root: list[int]
+    #: INPUT, OUTPUT and VIEW_OP bits
+    flags: bytearray
+    #: UNPLACED, or SKIPPED for views, external tensors and ``empty``
+    state: bytearray
+    #: ``nbytes`` of each tensor that gets a record (0 otherwise; only filled when the
+    #: buffer types size tensors by ``nbytes``)
+    size: list[int]
+    #: 1 where ggml records the tensor's hash entry: neither a view nor holding data
+    has_record: bytearray
+    #: the external tensors' numbers, in the order they were found
+    external: list[int]
 
 
 class _ListedTwice(Exception):

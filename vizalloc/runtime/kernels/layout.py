@@ -6,10 +6,8 @@ numpy's C order over the ``(ne3, ne2, ne1, ne0)`` arrays. Type conversion rounds
 nearest even (as ggml's FP32->FP16) and truncates floats to ints (a C cast).
 
     >>> import numpy as np
-    >>> from vizalloc.runtime import Context, F32, ops
+    >>> from vizalloc.runtime import Context, F32, alloc_ctx_tensors, ops, tensor_get, tensor_set
     >>> from vizalloc.runtime.buffer import BufferType
-    >>> from vizalloc.runtime.alloc import alloc_ctx_tensors
-    >>> from vizalloc.runtime.memory import tensor_set, tensor_get
     >>> from vizalloc.runtime.kernels import compute_forward
     >>> ctx = Context(); a = ctx.new_tensor_2d(F32, 3, 2); t = ops.cont(ctx, ops.transpose(ctx, a))
     >>> _ = alloc_ctx_tensors(ctx, BufferType("CPU")); tensor_set(a, np.arange(6))
