@@ -1,0 +1,159 @@
+"""The golden seed loop on real ggml (ggml-python 0.0.45) traced with ``vizalloc run --``.
+
+``programs/seed_loop.py`` trains the golden ``seed_A_*`` MLP through ``ggml_backend_sched``
+with the forward and backward graphs sharing tensors. Every expectation here is read from
+the golden case of its variant (tests/data/golden/seed_A_*.json, made from real ggml at the
+commit whose allocator ggml-python bundles): where the allocator placed each tensor, which
+pairs of tensors are live together in the same bytes, the buffer sizes, and which steps
+compute wrong numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vizalloc.trace import events as ev
+from vizalloc.trace.api import load
+
+from tests.capture.conftest import PROGRAMS
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
+#: the program's --fix -> the golden case of the same loop
+VARIANTS = {"none": "seed_A_stale", "clear": "seed_A_fix_clear", "dup": "seed_A_fix_dupgraph"}
+VIZALLOC = [sys.executable, "-m", "vizalloc"]
+
+
+@dataclass
+class Traced:
+    fix: str
+    golden: dict[str, Any]
+    run: subprocess.CompletedProcess[str]
+    check: subprocess.CompletedProcess[str]
+    trace: Path
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line.split(" ", 1)[1]) for line in self.run.stdout.splitlines() if line.startswith("record ")]
+
+    @property
+    def trajectory(self) -> dict[str, Any]:
+        (line,) = [ln for ln in self.run.stdout.splitlines() if ln.startswith("trajectory ")]
+        return json.loads(line.split(" ", 1)[1])
+
+    @property
+    def hazards(self) -> dict[str, Any]:
+        return json.loads(self.check.stdout)
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def traced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    fix = request.param
+    out = tmp_path_factory.mktemp(f"seed_{fix}")
+    trace = out / f"seed_{fix}.vztrace"
+    run = subprocess.run([*VIZALLOC, "run", "-o", str(trace), "--", sys.executable, str(PROGRAMS / "seed_loop.py"),
+                          "--fix", fix], cwd=out, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    check = subprocess.run([*VIZALLOC, "check", "--json", str(trace)], cwd=out, capture_output=True, text=True,
+                           timeout=300)
+    golden = json.loads((GOLDEN / f"{VARIANTS[fix]}.json").read_text())
+    return Traced(fix, golden, run, check, trace)
+
+
+def _alloc_steps(golden: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in golden["steps"] if s["action"] == "sched_alloc_graph"]
+
+
+def test_every_placement_is_replayed_without_a_difference(traced: Traced) -> None:
+    assert "117 placements checked: 0 replay difference(s)" in traced.run.stderr, traced.run.stderr
+    events = load(traced.trace).events
+    assert not [e for e in events if isinstance(e, ev.ReplayMismatch)]
+    assert traced.hazards["counts"]["replay-mismatch"] == 0
+    # stale pointers into the freed forward buffer stay in that buffer, as in the replay: no
+    # tensor is attributed to memory of no ggml buffer
+    assert not [e for e in events if isinstance(e, ev.BufferAllocated) and e.buft == "host memory"]
+
+
+def test_the_real_allocator_placed_every_tensor_where_the_golden_case_says(traced: Traced) -> None:
+    """The compute tensors each sched_alloc_graph placed (by name, its k-th binding in the
+    trace) sit at the golden step's offsets, and the compute buffer grows as it did there."""
+    events = load(traced.trace).events
+    names = {e.tensor_id: e.name for e in events if isinstance(e, ev.TensorCreated)}
+    placed: dict[int, dict[str, int]] = {}
+    for e in events:
+        if isinstance(e, ev.TensorPlaced) and e.by is ev.PlacedBy.GALLOCR:
+            placed.setdefault(e.binding_id, {})[names[e.tensor_id]] = e.offset
+    tensors = traced.golden["tensors"]
+    steps = _alloc_steps(traced.golden)
+    assert len(steps) == 6 and set(placed) <= set(range(6))
+    for k, step in enumerate(steps):
+        expected = {tensors[int(i)]["name"]: v["offset"] for i, v in step["result"]["tensors"].items()
+                    if v["buffer"] == 0 and not v["kept"] and tensors[int(i)]["view_src"] is None}
+        assert placed.get(k, {}) == expected, f"binding {k} (golden step {step['index']})"
+    compute_buffers = [e.nbytes for e in events if isinstance(e, ev.BufferAllocated) and e.pool_id >= 0]
+    golden_buffers = [b["size"] for b in traced.golden["buffer_instances"] if not b["external"]]
+    assert compute_buffers == golden_buffers
+
+
+def test_losses_and_updates_go_wrong_exactly_where_the_golden_case_says(traced: Traced) -> None:
+    """The program checks every compute against a numpy reference of the same step with the
+    golden match rule. The data are the program's own (the golden file does not carry its
+    parameters or batches), so what is compared is where the numbers go wrong, the compute
+    buffer at each step and the trajectory's divergence, not the values."""
+    golden = traced.golden["numerics"]
+    records = traced.records
+    assert [(r["iteration"], r["graph"], r["match"]) for r in records] == [
+        (g["iteration"], g["graph"], g["match"]) for g in golden["records"]]
+    assert traced.trajectory["mismatching_records"] == golden["mismatching_records"]
+    steps = traced.golden["steps"]
+    assert [r["buffer_size"] for r in records] == [steps[g["alloc_step"]]["result"]["buffer_sizes"][0]
+                                                  for g in golden["records"]]
+    for r, g in zip(records, golden["records"]):
+        # the forward pass (and the loss read after the backward one) is right in every variant
+        assert r["loss_abs_diff"] <= 1e-5 * max(1.0, abs(r["loss_ref"])) and r["logits_max_abs_diff"] <= 1e-4
+        if g["match"]:
+            assert r["params_after_max_abs_diff"] <= 1e-5
+        else:  # a wrong update, as large as the golden run's (0.05 to 0.08 there)
+            assert g["params_after_max_abs_diff"] > 1e-2 and r["params_after_max_abs_diff"] > 1e-2
+    ours, theirs = traced.trajectory, golden["trajectory"]
+
+    def diverged(t: dict[str, Any]) -> list[bool]:
+        return [abs(a - b) > 1e-5 * max(1.0, abs(b)) for a, b in zip(t["loss"], t["loss_reference_trajectory"])]
+
+    assert diverged(ours) == diverged({"loss": theirs["loss"][::2],
+                                       "loss_reference_trajectory": theirs["loss_reference_trajectory"][::2]})
+    assert (ours["final_params_max_abs_diff_vs_reference_trajectory"] > 1e-2) == (
+        theirs["final_params_max_abs_diff_vs_reference_trajectory"] > 1e-2)
+
+
+def test_check_verdict(traced: Traced) -> None:
+    """No fix: the stale overlaps of the golden case, pair by pair and step by step (the
+    golden both_live pairs of each sched_alloc_graph are the stale-overlap hazards of that
+    binding), exit code 1. The fixes: no memory hazard at all (re-plans are warnings), exit 0."""
+    hazards = traced.hazards
+    counts = {k: n for k, n in hazards["counts"].items() if n}
+    tensors = traced.golden["tensors"]
+    expected = {(k, frozenset((tensors[o["a"]]["name"], tensors[o["b"]]["name"])))
+                for k, step in enumerate(_alloc_steps(traced.golden))
+                for o in step["result"]["overlaps"] if o["both_live"]}
+    found = {(k, frozenset((h["tensor"]["name"], h["other"]["name"])))
+             for h in hazards["hazards"] if h["kind"] == "stale-overlap" for k in h["steps"]}
+    assert found == expected
+    # tensors a bound graph keeps in a freed buffer: the golden steps' "live": false entries
+    stale = {tensors[i]["name"] for step in _alloc_steps(traced.golden)
+             for i in (*step["graph"]["nodes"], *step["graph"]["leafs"])
+             if not step["result"]["tensors"].get(str(i), {"live": True})["live"]}
+    assert {h["tensor"]["name"] for h in hazards["hazards"] if h["kind"] == "dangling"} == stale
+    if traced.fix == "none":
+        assert len(expected) == 12 and len(stale) == 8  # 4 pairs at each of the 3 backward bindings
+        assert traced.check.returncode == 1
+    else:
+        assert expected == set()
+        assert set(counts) <= {"replan"}, counts
+        assert traced.check.returncode == 0, traced.check.stdout
