@@ -1,7 +1,11 @@
-"""The golden seed loop on real ggml (ggml-python 0.0.45) traced with ``vizalloc run --``.
+"""The golden seed loop on real ggml (the ggml 0.15.3 of ggml-python 0.0.45) traced with
+``vizalloc run --``, twice: as a Python program calling ggml through ggml-python, and as a C
+program compiled here with the system C compiler against the ggml headers and shared
+libraries that ggml-python's wheel installs (``<prefix>/include``, ``<prefix>/lib``).
 
-``programs/seed_loop.py`` trains the golden ``seed_A_*`` MLP through ``ggml_backend_sched``
-with the forward and backward graphs sharing tensors. Every expectation here is read from
+``programs/seed_loop.py`` and ``programs/seed_loop.c`` train the golden ``seed_A_*`` MLP
+through ``ggml_backend_sched`` with the forward and backward graphs sharing tensors (their
+data differ: the numbers are each program's own). Every expectation here is read from
 the golden case of its variant (tests/data/golden/seed_A_*.json, made from real ggml at the
 commit whose allocator ggml-python bundles): where the allocator placed each tensor, which
 pairs of tensors are live together in the same bytes, the buffer sizes, and which steps
@@ -10,7 +14,10 @@ compute wrong numbers.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,8 +37,35 @@ VARIANTS = {"none": "seed_A_stale", "clear": "seed_A_fix_clear", "dup": "seed_A_
 VIZALLOC = [sys.executable, "-m", "vizalloc"]
 
 
+def ggml_python_prefix() -> Path:
+    """Where ggml-python's wheel put ggml's headers and shared libraries (its own RECORD says)."""
+    files = importlib.metadata.files("ggml-python") or []
+    headers = [f for f in files if str(f) == "include/ggml.h"]
+    assert headers, "ggml-python's wheel installs include/ggml.h; this one does not (is ggml-python 0.0.45 installed?)"
+    prefix = Path(str(headers[0].locate())).parents[1]
+    assert (prefix / "lib" / "libggml.so").is_file(), f"no libggml.so beside the headers in {prefix / 'lib'}"
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def seed_loop_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """programs/seed_loop.c, built against the installed ggml (a missing compiler fails, as in conftest)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on PATH: install gcc or set CC"
+    prefix = ggml_python_prefix()
+    binary = tmp_path_factory.mktemp("seed_loop_c") / "seed_loop"
+    lib = prefix / "lib"
+    done = subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", str(PROGRAMS / "seed_loop.c"),
+                           f"-I{prefix / 'include'}", f"-L{lib}", f"-Wl,-rpath,{lib}",
+                           "-lggml", "-lggml-base", "-lggml-cpu", "-lm", "-o", str(binary)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return binary
+
+
 @dataclass
 class Traced:
+    language: str
     fix: str
     golden: dict[str, Any]
     run: subprocess.CompletedProcess[str]
@@ -52,18 +86,23 @@ class Traced:
         return json.loads(self.check.stdout)
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANTS))
+@pytest.fixture(scope="module", params=[(language, fix) for language in ("python", "c") for fix in sorted(VARIANTS)],
+                ids=lambda p: "-".join(p))
 def traced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Traced:
-    fix = request.param
-    out = tmp_path_factory.mktemp(f"seed_{fix}")
+    language, fix = request.param
+    if language == "python":
+        program = [sys.executable, str(PROGRAMS / "seed_loop.py")]
+    else:
+        program = [str(request.getfixturevalue("seed_loop_c"))]
+    out = tmp_path_factory.mktemp(f"seed_{language}_{fix}")
     trace = out / f"seed_{fix}.vztrace"
-    run = subprocess.run([*VIZALLOC, "run", "-o", str(trace), "--", sys.executable, str(PROGRAMS / "seed_loop.py"),
-                          "--fix", fix], cwd=out, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([*VIZALLOC, "run", "-o", str(trace), "--", *program, "--fix", fix], cwd=out,
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     check = subprocess.run([*VIZALLOC, "check", "--json", str(trace)], cwd=out, capture_output=True, text=True,
                            timeout=300)
     golden = json.loads((GOLDEN / f"{VARIANTS[fix]}.json").read_text())
-    return Traced(fix, golden, run, check, trace)
+    return Traced(language, fix, golden, run, check, trace)
 
 
 def _alloc_steps(golden: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,6 +111,8 @@ def _alloc_steps(golden: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_every_placement_is_replayed_without_a_difference(traced: Traced) -> None:
     assert "117 placements checked: 0 replay difference(s)" in traced.run.stderr, traced.run.stderr
+    lib = ggml_python_prefix() / ("ggml/lib" if traced.language == "python" else "lib") / "libggml-base.so"
+    assert f"ggml 0.15.3 from {lib}" in traced.run.stderr
     events = load(traced.trace).events
     assert not [e for e in events if isinstance(e, ev.ReplayMismatch)]
     assert traced.hazards["counts"]["replay-mismatch"] == 0
@@ -157,3 +198,21 @@ def test_check_verdict(traced: Traced) -> None:
         assert expected == set()
         assert set(counts) <= {"replan"}, counts
         assert traced.check.returncode == 0, traced.check.stdout
+
+
+@pytest.mark.parametrize("traced", [("python", fix) for fix in sorted(VARIANTS)], indirect=True,
+                         ids=lambda p: "-".join(p))
+def test_vizalloc_runtime_computes_what_real_ggml_computed(traced: Traced) -> None:
+    """seed_loop.py draws its data as vizalloc's own scenario does (same generator, seed 0), so
+    vizalloc's model of the loop (its runtime and scheduler, no ggml) must produce the real
+    process's numbers: the same losses and the same wrong updates without a fix. (The C
+    program draws other data; its numbers are checked against its own reference above.)"""
+    from vizalloc.scenarios import shared_tensors
+
+    model = shared_tensors.run(traced.fix, steps=3, seed=0)
+    forward = [r for r in traced.records if r["graph"] == "forward"]
+    backward = [r for r in traced.records if r["graph"] == "backward"]
+    assert [r["loss"] for r in forward] == pytest.approx(model.losses, abs=1e-5)
+    assert [r["params_after_max_abs_diff"] for r in backward] == pytest.approx(
+        [r.update_max_abs_diff for r in model.records], abs=1e-5)
+    assert model.diverged() == (traced.fix == "none")

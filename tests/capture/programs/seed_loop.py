@@ -84,11 +84,18 @@ class QuarantineCPU:
         def alloc(buft: int, size: int) -> int:
             buffer = real_alloc(buft, size)
             if buffer:
+                if lib.ggml_backend_buffer_get_type(buffer) != buft or lib.ggml_backend_buffer_get_size(buffer) != size:
+                    raise SystemExit("seed_loop: the CPU buffer does not have the layout this program knows")
                 # struct ggml_backend_buffer starts with its iface, whose first member is free_buffer
                 ctypes.c_void_p.from_address(buffer).value = None
             return buffer
 
         self._alloc = _AllocFn(alloc)  # kept alive: ggml holds the pointer
+        cpu_ptr = lib.ggml_backend_cpu_buffer_type()
+        # the copy must read as the CPU buffer type through ggml's own accessors, or the layout is not ggml's
+        if (ggml.ggml_backend_buft_name(self.ptr) != ggml.ggml_backend_buft_name(cpu_ptr)
+                or ggml.ggml_backend_buft_get_alignment(self.ptr) != ggml.ggml_backend_buft_get_alignment(cpu_ptr)):
+            raise SystemExit("seed_loop: the CPU buffer type does not have the layout this program knows")
         self.struct.iface.alloc_buffer = ctypes.cast(self._alloc, _P).value
 
     @property
