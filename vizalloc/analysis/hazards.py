@@ -234,8 +234,7 @@ def tensor_ref(model: TraceModel, tensor_id: int, placement: Placement | None = 
         return base
     return TensorRef(
         base.tensor_id, base.name, base.dtype, base.ne, base.op, base.created_loc, placement.buffer_id,
-        placement.offset, placement.nbytes, placement.by.value if isinstance(placement.by, ev.PlacedBy)
-        else str(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
+        placement.offset, placement.nbytes, ev.enum_text(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
     )
 
 

@@ -115,7 +115,7 @@ def _stale_text(model: TraceModel, b: BindingInfo, px: Placement, py: Placement,
     stale, fresh = (px, py) if x_stale else (py, px)
     by = (f"was placed over it by this binding (#{b.binding_id}), whose plan never saw its bytes"
           if fresh.binding_id == b.binding_id else
-          f"is placed there by {fresh.by.value if isinstance(fresh.by, ev.PlacedBy) else fresh.by}"
+          f"is placed there by {ev.enum_text(fresh.by)}"
           + (f" binding #{fresh.binding_id}" if fresh.binding_id >= 0 else ""))
     return (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id} "
             f"({why(stale)}); {qlabel(model, fresh.tensor_id)} {by}")
@@ -428,7 +428,7 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
         if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
             continue
-        cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
+        cause = ev.enum_text(r.cause)
         per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
         key = (HazardKind.REPLAN, r.galloc_id, cause)
         if col.bump(key, r.seq, -1):

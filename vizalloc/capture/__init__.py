@@ -45,13 +45,13 @@ class Traced:
 def import_capture(capture: str | os.PathLike[str], output: str | os.PathLike[str], *, program: str = "",
                    force: bool = False) -> ImportResult:
     """Replay one capture file into the trace ``output``."""
+    from vizalloc.files import check_new
     from vizalloc.trace.api import trace
 
     data = Path(capture).read_bytes()
     records, cut_at = read_records(data)
-    if os.path.exists(output) and not force:
-        raise CaptureError(f"the trace file {output} already exists; pass -f to overwrite it or -o to choose another")
-    with trace(str(output), keep_events=False):
+    check_new(output, overwrite=force, flag="-f", other="use -o to choose another name")
+    with trace(str(output), keep_events=False, overwrite=force):
         result = Importer(records, program=program, cut_at=cut_at).run()
     return result
 
@@ -102,6 +102,7 @@ def _no_ggml_trace(argv: list[str], pid: int, path: Path, force: bool) -> Import
     """A trace that says the program never used a ggml vizalloc could see, and why."""
     from vizalloc.capture.launch import resolve_program
     from vizalloc.trace import events as ev
+    from vizalloc.files import check_new
     from vizalloc.trace import recorder
     from vizalloc.trace.api import trace
 
@@ -112,8 +113,7 @@ def _no_ggml_trace(argv: list[str], pid: int, path: Path, force: bool) -> Import
     else:
         note = f"{argv[0]} never called ggml's allocator, scheduler or buffer functions (no ggml library was used)"
     result.notes.append(note)
-    if os.path.exists(path) and not force:
-        raise CaptureError(f"the trace file {path} already exists; pass -f to overwrite it or -o to choose another")
-    with trace(str(path), keep_events=False):
+    check_new(path, overwrite=force, flag="-f", other="use -o to choose another name")
+    with trace(str(path), keep_events=False, overwrite=force):
         recorder.emit(ev.ProcessCaptured, result.program, pid, "", "", "", note, loc=None)
     return result

@@ -6,7 +6,8 @@ Modules are imported only when their command runs, so ``vizalloc --help`` stays 
 and a missing optional dependency only affects the command that needs it.
 
 Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences),
-2 bad input or usage, 130 interrupted.
+2 bad input or usage, 3 an internal error (a bug in vizalloc: the traceback is
+printed; never 1, which a CI job would read as findings), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import sys
 from collections.abc import Sequence
 
 from vizalloc.errors import VizallocError
+
+#: The exit code of an exception that is not a ``VizallocError``: a bug in vizalloc.
+INTERNAL_ERROR = 3
 
 #: subcommand -> (module, one-line help). The order is the order ``--help`` shows.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -112,6 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception:  # a bug, not the input: say so, and never exit 1 ("findings")
+        import traceback
+
+        traceback.print_exc()
+        print(f"vizalloc {args.command}: internal error: this is a bug in vizalloc, not in the input; please "
+              "report it with the traceback above", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 def run_main() -> None:

@@ -91,14 +91,18 @@ def _trace_api() -> Any | None:
 
 
 def _trace_paths(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
+    from vizalloc.files import check_new
+
     out_dir = args.out_dir
     if not os.path.isdir(out_dir):
         raise UsageError(f"--out-dir {out_dir!r} is not a directory; create it first")
     paths = {n: os.path.join(out_dir, f"demo-{n}.vztrace") for n in names}
-    existing = [p for p in paths.values() if os.path.exists(p)]
+    existing = [p for p in paths.values() if os.path.lexists(p)]
     if existing and not args.force:
         raise UsageError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
                          "pass -f to overwrite or choose another --out-dir")
+    for p in paths.values():  # a directory or a special file in the way
+        check_new(p, overwrite=args.force, flag="-f", other="choose another --out-dir")
     return paths
 
 
@@ -141,7 +145,8 @@ def execute(args: argparse.Namespace) -> int:
         if name in paths:
             assert api is not None, "trace paths without the trace API"
             open_trace = api.trace
-            around = (lambda p=paths[name], t=open_trace: t(p, capture_values=args.capture_values))  # noqa: E731
+            around = (lambda p=paths[name], t=open_trace: t(p, capture_values=args.capture_values,  # noqa: E731
+                                                             overwrite=args.force))
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)

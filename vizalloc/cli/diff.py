@@ -111,8 +111,8 @@ def execute(args: argparse.Namespace) -> int:
     from vizalloc.analysis.diff import TraceDiff, diff_models, diff_plans
     from vizalloc.errors import UsageError
 
-    a = load_model(args.a, "A")
-    b = load_model(args.b, "B")
+    a = load_model(args.a, "A", command="diff")
+    b = load_model(args.b, "B", command="diff")
     if args.plans:
         pa, pb = args.plans
         for model, pid, which in ((a, pa, args.a), (b, pb, args.b)):

@@ -24,7 +24,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from vizalloc.cli.inputs import check_trace_path
 from vizalloc.errors import UsageError
 
 HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
@@ -68,28 +67,23 @@ def _with_part(path: Path, part: str) -> Path:
 
 
 def _check_free(path: Path, force: bool) -> None:
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists; pass -f to overwrite it, or -o to write somewhere else")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"{path} is a directory; pass -o FILE")
+    from vizalloc.files import check_new
+
+    check_new(path, overwrite=force, flag="-f", other="use -o to write somewhere else")
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+def _write(path: Path, text: str, force: bool) -> None:
+    from vizalloc.files import create_new
+
+    with create_new(path, overwrite=force, text=True, flag="-f", other="use -o to write somewhere else") as f:
+        try:
             f.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _load(path: str):  # type: ignore[no-untyped-def]
-    from vizalloc.trace.api import load
-
-    check_trace_path(path)
-    return load(path)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def execute(args: argparse.Namespace) -> int:
+    from vizalloc.cli.inputs import load_trace
     from vizalloc.export.api import Analysed, Format, Options, chosen, export_texts
     from vizalloc.export.dot import INSTALL_HINT, find_dot
 
@@ -111,7 +105,7 @@ def execute(args: argparse.Namespace) -> int:
     if not to_stdout and fmt is not Format.MINIMALLOC:
         _check_free(target, args.force)
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace, "export")
     analysed = Analysed.of(trace)
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
                       offsets=args.offsets, header=getattr(trace, "header", None))
@@ -131,7 +125,7 @@ def execute(args: argparse.Namespace) -> int:
         for path in paths.values():
             _check_free(path, args.force)
         for part, text in texts.items():
-            _write(paths[part], text)
+            _write(paths[part], text, args.force)
             print(f"wrote {paths[part]}", file=sys.stderr)
     if svg_fallback:
         print(f"vizalloc export: warning: the Graphviz `dot` program was not found, so the diagram was written "

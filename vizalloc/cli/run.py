@@ -114,14 +114,14 @@ def execute(args: argparse.Namespace) -> int:
 def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
+    from vizalloc.files import check_new
     from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
         raise UsageError("--capture-values records tensor contents through vizalloc's runtime; a real program's "
                          "values are not captured")
-    if args.output and os.path.exists(args.output) and not args.force:
-        raise UsageError(f"the trace file {args.output} already exists; pass -f to overwrite it or -o to choose "
-                         "another")
+    if args.output:
+        check_new(args.output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
     traced = trace_program(argv, args.output, force=args.force)
     finished = traced.finished
@@ -156,15 +156,15 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run_script(args: argparse.Namespace, script: str) -> int:
+    from vizalloc.files import check_new
     from vizalloc.trace.api import read_batches, trace
     from vizalloc.trace.stats import format_nbytes, trace_stats
 
     output = args.output or default_output(script)
-    if os.path.exists(output) and not args.force:
-        raise UsageError(f"the trace file {output} already exists; pass -f to overwrite it or -o to choose another")
+    check_new(output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
 
-    session = trace(output, capture_values=args.capture_values, keep_events=False)
+    session = trace(output, overwrite=args.force, capture_values=args.capture_values, keep_events=False)
     with session:
         code = run_script(script, list(args.args))
 

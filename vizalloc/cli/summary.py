@@ -43,6 +43,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
     from vizalloc.analysis.diff import peak_buffer_bytes
     from vizalloc.analysis.model import NEVER
     from vizalloc.analysis.quality import plan_quality
+    from vizalloc.trace import events as ev
 
     quality = {q.plan_id: q for q in plan_quality(model)}
     plans = []
@@ -55,8 +56,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
                              "nbytes": blk.nbytes})
         plans.append({
             "plan_id": p.plan_id, "galloc_id": p.galloc_id, "graph_id": p.graph_id, "n_nodes": p.n_nodes,
-            "n_leafs": p.n_leafs, "causes": [r.cause.value if hasattr(r.cause, "value") else str(r.cause)
-                                             for r in p.replans],
+            "n_leafs": p.n_leafs, "causes": [ev.enum_text(r.cause) for r in p.replans],
             "plan_bytes": q.plan_bytes, "lower_bound_bytes": q.lower_bound_bytes, "greedy_bytes": q.greedy_bytes,
             "fragmentation_bytes": sum(s.fragmentation_bytes for s in q.slots),
             "padding_bytes": sum(s.padding_bytes for s in q.slots), "live_at_peak": peak,
@@ -202,7 +202,7 @@ def _free_kind(cause: str) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    model = load_model(args.trace)
+    model = load_model(args.trace, command="summary")
     hazards = analyse(model)
     data = summarize(model, hazards, top=max(0, args.top))
     if args.json:

@@ -34,14 +34,22 @@ def export_writer(directory: str | os.PathLike[str], stem: str) -> Callable[[str
     base = Path(directory)
 
     def write(suffix: str, text: str) -> str:
+        from vizalloc.files import create_new
+
         path = base / f"{stem}{suffix}"
         k = 1
-        while path.exists():
-            path = base / f"{stem}-{k}{suffix}"
-            k += 1
-        with open(path, "x", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        return str(path)
+        while True:
+            try:
+                f = create_new(path, text=True)
+            except UsageError:
+                if not os.path.lexists(path):
+                    raise
+                path = base / f"{stem}-{k}{suffix}"
+                k += 1
+                continue
+            with f:
+                f.write(text)
+            return str(path)
 
     return write
 

@@ -40,6 +40,7 @@ from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
 from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape, trimmed_shape
+from vizalloc.trace.events import enum_text
 
 PANEL_WIDTH = 1000
 PANEL_HEIGHT = 360
@@ -126,7 +127,7 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
         roots = by_buffer[buffer_id]
         blocks = sorted((Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, trimmed_shape(r.info.ne),
                                r.placement.offset, r.placement.nbytes, r.first, r.last, r.planned, r.stale_note(),
-                               r.placement.by.value, r.placement.binding_id) for r in roots),
+                               enum_text(r.placement.by), r.placement.binding_id) for r in roots),
                         key=lambda b: (b.offset, b.first, b.tensor_id))
         by_id = {b.tensor_id: b for b in blocks}
         collisions = []

@@ -37,6 +37,15 @@ class Location:
         return f"{self.file}:{self.line} in {self.function}"
 
 
+def enum_text(value: enum.Enum | str) -> str:
+    """The text of an enum field: the member's value, or ``unknown (TEXT)`` for a value this
+    vizalloc's enum lacks (a trace written by a newer vizalloc: the reader keeps it as its
+    string, and it must never pass for a known value)."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return f"unknown ({value})"
+
+
 class PlacedBy(str, enum.Enum):
     """Who gave a tensor its bytes."""
 

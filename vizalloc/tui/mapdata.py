@@ -27,6 +27,7 @@ from vizalloc.analysis.model import NEVER, TraceModel
 from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.export.units import buffer_title
+from vizalloc.trace.events import enum_text
 from vizalloc.tui.tensors import shape_text
 
 
@@ -136,7 +137,7 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
         title = buffer_title(buffer_id, buf.backend, buf.buft, buf.usage, None) if buf is not None \
             else buffer_title(buffer_id, None, None, None, None)
         blocks = [Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, shape_text(r.info.ne), r.placement.offset,
-                        r.placement.nbytes, r.first, r.last, r.stale_note(), r.placement.by.value,
+                        r.placement.nbytes, r.first, r.last, r.stale_note(), enum_text(r.placement.by),
                         r.placement.binding_id, r.planned)
                   for r in by_buffer[buffer_id]]
         panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks,
