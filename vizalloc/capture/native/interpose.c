@@ -693,6 +693,34 @@ VZ_LOCAL void pset_del(pset *s, const void *p) {
     }
 }
 
+/* Buffers ggml freed, with the bytes they held. A tensor the program keeps may still name
+ * one (a stale pointer); the object at that address is gone, and ggml's accessors would
+ * call through freed memory. A buffer made later at the same address leaves the list. */
+#define FREED_CAP 4096
+VZ_LOCAL struct {
+    uintptr_t buffer, base, size;
+} g_freed[FREED_CAP];
+VZ_LOCAL size_t g_freed_next;
+
+VZ_LOCAL int freed_find(const void *buffer) {
+    for (int i = 0; i < FREED_CAP; i++)
+        if (g_freed[i].buffer == (uintptr_t)buffer) return i;
+    return -1;
+}
+
+VZ_LOCAL void freed_forget(const void *buffer) {
+    int i;
+    while ((i = freed_find(buffer)) >= 0) g_freed[i].buffer = 0;
+}
+
+VZ_LOCAL void freed_add(const void *buffer, uintptr_t base, size_t size) {
+    freed_forget(buffer);
+    size_t i = g_freed_next++ % FREED_CAP;
+    g_freed[i].buffer = (uintptr_t)buffer;
+    g_freed[i].base = base;
+    g_freed[i].size = size;
+}
+
 VZ_LOCAL void put_buft(ggml_lib *L, void *buft) {
     if (buft == NULL || pset_has(&g_bufts, buft)) return;
     pset_add(&g_bufts, buft);
@@ -770,7 +798,16 @@ VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
 
 VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     /* what a snapshot refers to must be described before it: buffer, type, op names */
-    put_buffer(L, RD(void *, t, OFF_BUFFER), HOW_SEEN);
+    void *buffer = RD(void *, t, OFF_BUFFER);
+    int f = buffer && !pset_has(&g_buffers, buffer) ? freed_find(buffer) : -1;
+    uintptr_t data = RD(uintptr_t, t, OFF_DATA);
+    uintptr_t end = f >= 0 ? g_freed[f].base + (g_freed[f].size ? g_freed[f].size : 1) : 0;
+    if (f >= 0 && (data == 0 || (data >= g_freed[f].base && data < end))) {
+        /* a stale pointer into a buffer ggml freed: described before its free, not to be touched */
+    } else {
+        if (f >= 0) freed_forget(buffer); /* a new buffer at a freed one's address */
+        put_buffer(L, buffer, HOW_SEEN);
+    }
     put_type(L, RD(int, t, OFF_TYPE));
     int op = RD(int, t, OFF_OP);
     put_op(L, 0, op);
@@ -1342,6 +1379,7 @@ VZ_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
         g_counts[C_BUFT_ALLOC_BUFFER]++;
         t_inside++;
         if (b) {
+            freed_forget(b);
             put_buffer(L, b, HOW_ALLOC);
         } else {
             put_buft(L, buft);
@@ -1368,6 +1406,9 @@ VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
             rec_ptr(&r, buffer);
             rec_u64(&r, t_call);
             rec_end(&r);
+            int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
+            size_t size = L->buffer_get_size(buffer);
+            freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
             t_inside--;
         }
         pset_del(&g_buffers, buffer);
