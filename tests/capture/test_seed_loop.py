@@ -216,3 +216,32 @@ def test_vizalloc_runtime_computes_what_real_ggml_computed(traced: Traced) -> No
     assert [r["params_after_max_abs_diff"] for r in backward] == pytest.approx(
         [r.update_max_abs_diff for r in model.records], abs=1e-5)
     assert model.diverged() == (traced.fix == "none")
+
+
+@pytest.mark.parametrize("language", ["python", "c"])
+def test_with_stock_memory_the_no_fix_loop_dies_and_the_trace_keeps_what_led_there(
+        language: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Without the quarantine the first backward step writes the batch into, and computes in,
+    the forward buffer ggml has just freed: the golden C harness died of heap corruption there
+    (seed_A_stale_realfree, in step 5). So does each program here, killed by a signal before it
+    prints the backward record. The trace written up to the crash holds that step's binding with
+    the golden case's stale overlaps and no replay difference."""
+    golden = json.loads((GOLDEN / "seed_A_stale_realfree.json").read_text())
+    assert golden["crash"]["in_progress"]["action"] == "compute"
+    program = [sys.executable, str(PROGRAMS / "seed_loop.py")] if language == "python" else [
+        str(request.getfixturevalue("seed_loop_c"))]
+    run = subprocess.run([*VIZALLOC, "run", "-o", "t.vztrace", "--", *program, "--fix", "none", "--memory", "stock"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode > 128 and "killed by signal" in run.stderr, run.stderr
+    assert [json.loads(ln.split(" ", 1)[1])["graph"] for ln in run.stdout.splitlines() if ln.startswith("record ")] == [
+        "forward"]
+    assert "0 replay difference(s)" in run.stderr
+    check = subprocess.run([*VIZALLOC, "check", "--json", "t.vztrace"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 1
+    tensors = golden["tensors"]
+    expected = {(k, frozenset((tensors[o["a"]]["name"], tensors[o["b"]]["name"])))
+                for k, step in enumerate(_alloc_steps(golden)) for o in step["result"]["overlaps"] if o["both_live"]}
+    found = {(k, frozenset((h["tensor"]["name"], h["other"]["name"])))
+             for h in json.loads(check.stdout)["hazards"] if h["kind"] == "stale-overlap" for k in h["steps"]}
+    assert len(expected) == 4 and found == expected

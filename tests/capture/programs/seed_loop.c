@@ -16,8 +16,9 @@
  * Two private ggml layouts are used, each checked against ggml's public accessors before use
  * (the installed headers do not describe them): struct ggml_backend_buffer_type, to make the
  * scheduler's quarantining copy of the CPU buffer type (freed buffers keep their memory, as in
- * the golden harness), and the head of struct ggml_cgraph, to read a graph's leafs for
- * ggml-opt's dup_graph.
+ * the golden harness; with --memory stock the no-fix loop dies in its first backward step,
+ * as the golden C harness did), and the head of struct ggml_cgraph, to read a graph's leafs
+ * for ggml-opt's dup_graph.
  *
  * The data come from a small deterministic generator (splitmix64, Box-Muller), so the numbers
  * differ from seed_loop.py's; each compute is checked against a double-precision reference of

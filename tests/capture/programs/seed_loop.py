@@ -22,7 +22,8 @@ of the CPU buffer type (same name, alignment and memory) whose buffers do not gi
 memory back when ggml frees them, so the stale pointers of ``--fix none`` point into dead
 but reserved memory instead of into malloc's free lists (with the stock buffer type the
 golden C harness died of heap corruption: ``seed_A_stale_realfree``). ``--memory stock``
-uses the stock CPU buffer type instead, at that risk.
+uses the stock CPU buffer type instead: without a fix the program then dies in its first
+backward step, as that harness did.
 
 Each step's numbers are checked against a float64 numpy reference of the same step from the
 same parameters and batch, with the golden ``numerics`` match rule; the program prints one
