@@ -503,11 +503,11 @@ class Importer:
                 m = self._by_id.get(u.id)
                 if m is None or self.tensors.get(m.struct.address) is not m:
                     continue
-                replayed = (u.storage, u.offset) if u.data is not None else None
+                replayed = _describe_placement(u)
                 if m.struct.data:
                     self.result.placements_checked += 1
                 if self._force(m, ev.PlacedBy.OBSERVED):
-                    self._mismatch("offset", u.id, _describe(self._where(m.struct)), _describe(replayed), call)
+                    self._mismatch("offset", u.id, _describe(self._where(m.struct)), replayed, call)
 
     def _place(self, r: rf.Place) -> None:
         m = self.tensors.get(r.tensor)
@@ -694,6 +694,14 @@ class Importer:
     def _compute_buffers(self) -> list[tuple[str, int]]:
         """The buffers of each graph allocator's last plan (freed allocators included)."""
         return [(name, size) for sizes in self._buffer_sizes.values() for name, size in sizes if size]
+
+
+def _describe_placement(t: Tensor) -> str:
+    storage, offset = t.storage, t.offset
+    if storage is None or offset is None:
+        return "no memory"
+    buft = getattr(storage, "buft", None)
+    return f"buffer #{storage.id} ({buft.name if buft else 'memory'}) + {offset}"
 
 
 def _describe(where: tuple[Buffer, int] | None) -> str:
