@@ -9,7 +9,6 @@ definition forwards to the real one. Nothing else changes; a sitecustomize the p
 would have loaded is still loaded.
 """
 
-import importlib
 import os
 import sys
 
@@ -20,7 +19,7 @@ def _chain_to_the_programs_own_sitecustomize() -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
-        importlib.import_module("sitecustomize")  # the program's own, if there is one
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401  (the program's own, if any)
     except ImportError:
         pass
     finally:
