@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="blocks shown per plan peak (default: 5)")
 
 
-def _inert(text: str) -> str:
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+#: Longest name (tensor, buffer type, backend, context) shown in a table cell.
+NAME_CHARS = 60
 
 
 def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
@@ -48,7 +48,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
         peak = []
         for s in q.slots:
             for blk in s.live_at_peak[:top]:
-                peak.append({"slot": s.slot, "tensors": [_inert(n) for n in blk.names], "offset": blk.offset,
+                peak.append({"slot": s.slot, "tensors": list(blk.names), "offset": blk.offset,
                              "nbytes": blk.nbytes})
         plans.append({
             "plan_id": p.plan_id, "galloc_id": p.galloc_id, "graph_id": p.graph_id, "n_nodes": p.n_nodes,
@@ -80,6 +80,12 @@ def _render(data: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from vizalloc.text import inert
+
+    def cell(text: str) -> Text:
+        # names are data from the traced program: inert, cut, never parsed as markup
+        return Text(inert(text, NAME_CHARS))
+
     console = Console(highlight=False)
     console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
                        f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
@@ -89,7 +95,7 @@ def _render(data: dict[str, Any]) -> None:
     for col in ("graph", "kind", "nodes", "leafs", "copied from"):
         t.add_column(col, justify="right" if col != "kind" else "left")
     for g in data["graphs"]:
-        t.add_row(str(g["graph_id"]), Text(g["kind"]), str(g["nodes"]), str(g["leafs"]),
+        t.add_row(str(g["graph_id"]), cell(g["kind"]), str(g["nodes"]), str(g["leafs"]),
                   "" if g["source_graph"] < 0 else str(g["source_graph"]))
     console.print(t)
 
@@ -99,7 +105,7 @@ def _render(data: dict[str, Any]) -> None:
     for p in data["plans"]:
         ratio = f" ({p['plan_bytes'] / p['lower_bound_bytes']:.2f}x)" if p["lower_bound_bytes"] else ""
         t.add_row(str(p["plan_id"]), str(p["galloc_id"]), str(p["graph_id"]), str(p["n_nodes"]),
-                  Text(",".join(p["causes"])), f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}",
+                  cell(",".join(p["causes"])), f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}",
                   f"{p['greedy_bytes']:,}", f"{p['fragmentation_bytes']:,}", f"{p['padding_bytes']:,}")
     console.print(t)
 
@@ -110,7 +116,7 @@ def _render(data: dict[str, Any]) -> None:
         for p in data["plans"]:
             for blk in p["live_at_peak"]:
                 t.add_row(str(p["plan_id"]), str(blk["slot"]), f"{blk['offset']:,}", f"{blk['nbytes']:,}",
-                          Text(" <- ".join(blk["tensors"])))
+                          Text(" <- ".join(inert(n, NAME_CHARS) for n in blk["tensors"])))
         console.print(t)
 
     t = Table(title="buffers")
@@ -119,8 +125,8 @@ def _render(data: dict[str, Any]) -> None:
     for b in data["buffers"]:
         pool = "" if b["pool_id"] < 0 else f"{b['pool_id']}/{b['slot']}/{b['chunk']}"
         freed = "" if b["freed_seq"] is None else f"{b['freed_seq']} {b['free_cause']}".strip()
-        t.add_row(str(b["buffer_id"]), Text(b["backend"]), Text(b["buft"]), Text(b["usage"]), f"{b['nbytes']:,}",
-                  pool, str(b["allocated_seq"]), Text(freed), str(b["placements"]))
+        t.add_row(str(b["buffer_id"]), cell(b["backend"]), cell(b["buft"]), cell(b["usage"]), f"{b['nbytes']:,}",
+                  pool, str(b["allocated_seq"]), cell(freed), str(b["placements"]))
     console.print(t)
 
     t = Table(title="hazards")
