@@ -34,7 +34,7 @@ from vizalloc.runtime.sched import Scheduler  # noqa: E402
 
 __all__ += ["Scheduler"]
 
-# the planning and graph allocators, and golden-format case files (allocator engineer)
+# the planning and graph allocators (allocator engineer)
 from vizalloc.runtime.alloc import DynAllocator, GraphAllocator  # noqa: E402
 
 __all__ += ["DynAllocator", "GraphAllocator"]

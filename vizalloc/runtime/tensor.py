@@ -176,13 +176,14 @@ def nbytes_of(dtype: DType, ne: tuple[int, ...], nb: tuple[int, ...]) -> int:
 class Tensor:
     """One ggml tensor: metadata plus a (possibly absent) data pointer.
 
-    Fields keep ggml's names. ``src`` is a list of up to ten operands in slot order;
+    Fields keep ggml's names; ``type``, ``ne`` and ``nb`` never change after creation.
+    ``src`` is a list of up to ten operands in slot order;
     empty slots are ``None`` and may sit between used ones. ``view_src`` is always a
     root (never another view), ``view_offs`` the byte offset inside it.
     """
 
     __slots__ = (
-        "id", "ctx", "name", "type", "ne", "nb", "op", "op_params", "src", "flags",
+        "id", "ctx", "name", "type", "ne", "nb", "nbytes", "op", "op_params", "src", "flags",
         "view_src", "view_offs", "data", "buffer", "extra", "storage", "__weakref__",
     )
 
@@ -201,6 +202,9 @@ class Tensor:
         self.type = dtype
         self.ne = ne
         self.nb = nb
+        #: ``ggml_nbytes``: the byte span the strides touch. Type, shape and strides are
+        #: fixed at creation (as in ggml, where no call changes them), so it is computed once.
+        self.nbytes: int = nbytes_of(dtype, ne, nb)
         self.op = Op.NONE
         self.op_params: tuple[Any, ...] = ()
         self.src: list[Tensor | None] = []
@@ -223,11 +227,6 @@ class Tensor:
     def is_view(self) -> bool:
         """``ggml_impl_is_view``: a tensor is a view iff it has a view root."""
         return self.view_src is not None
-
-    @property
-    def nbytes(self) -> int:
-        """``ggml_nbytes``: the byte span the strides touch."""
-        return nbytes_of(self.type, self.ne, self.nb)
 
     @property
     def nelements(self) -> int:
