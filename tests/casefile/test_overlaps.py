@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vizalloc.analysis.liveness import both_live
-from vizalloc.casefile.overlaps import _meets_another, overlap_report
+from vizalloc.casefile.overlaps import meets_another, overlap_report
 
 Root = tuple[int, int, int, int]  # address, nbytes, first, last
 
@@ -48,7 +49,8 @@ def test_meets_another(spans: list[tuple[int, int]]) -> None:
     ends = [s + n for s, n in spans]
     want = {i for i in range(len(spans)) for j in range(len(spans))
             if i != j and max(starts[i], starts[j]) < min(ends[i], ends[j])}
-    assert _meets_another(starts, ends) == want
+    got = meets_another(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+    assert set(np.flatnonzero(got).tolist()) == want
 
 
 def test_an_in_place_chain_has_quadratic_overlaps_but_a_linear_report() -> None:

@@ -23,9 +23,10 @@ an in-place chain shares the same bytes).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from vizalloc.analysis.liveness import both_live
 from vizalloc.analysis.rects import intersecting_pairs
@@ -92,14 +93,18 @@ def overlap_report(live: Mapping[int, tuple[int, int]], extent: Mapping[int, tup
     roots = sorted(r for r in live if extent[r][1] > 0)
     # overlapping pairs counted by a sweep: interval k (sorted by start) overlaps every
     # earlier one except those ending at or before its start
-    starts = sorted(extent[r][0] for r in roots)
-    ends = sorted(extent[r][0] + extent[r][1] for r in roots)
-    n_pairs = sum(k - bisect_right(ends, s) for k, s in enumerate(starts))
+    m = len(roots)
+    start = np.fromiter((extent[r][0] for r in roots), dtype=np.int64, count=m)
+    end = start + np.fromiter((extent[r][1] for r in roots), dtype=np.int64, count=m)
+    first = np.fromiter((live[r][0] for r in roots), dtype=np.int64, count=m)
+    last = np.fromiter((live[r][1] for r in roots), dtype=np.int64, count=m)
+    # interval k (sorted by start) overlaps every earlier one except those that end at or
+    # before its start
+    before = np.searchsorted(np.sort(end), np.sort(start), side="right")
+    n_pairs = int((np.arange(m) - before).sum())
     # only a root that shares bytes with another and is live with another can be in a
     # both_live pair: the rest (all of an in-place chain) never reach the 2-D sweep
-    maybe = _meets_another([extent[r][0] for r in roots], [extent[r][0] + extent[r][1] for r in roots]) & \
-        _meets_another([live[r][0] for r in roots], [live[r][1] for r in roots])
-    cand = [r for k, r in enumerate(roots) if k in maybe]
+    cand = [roots[k] for k in np.flatnonzero(meets_another(first, last) & meets_another(start, end)).tolist()]
     rects = [(extent[r][0], extent[r][0] + extent[r][1], live[r][0], live[r][1]) for r in cand]
     conflicts = sorted((cand[i], cand[j]) for i, j in intersecting_pairs(rects))
 
@@ -117,19 +122,22 @@ def overlap_report(live: Mapping[int, tuple[int, int]], extent: Mapping[int, tup
     return out
 
 
-def _meets_another(starts: Sequence[int], ends: Sequence[int]) -> set[int]:
-    """Indices of the non-empty half-open intervals ``[start, end)`` that intersect another one."""
-    order = sorted((k for k in range(len(starts)) if starts[k] < ends[k]), key=starts.__getitem__)
-    out: set[int] = set()
-    reach = None  # the furthest end of the intervals before, and which one reaches it
-    for pos, k in enumerate(order):
-        if reach is not None and reach[0] > starts[k]:
-            out.add(k)
-            out.add(reach[1])
-        if pos + 1 < len(order) and starts[order[pos + 1]] < ends[k]:
-            out.add(k)
-        if reach is None or ends[k] > reach[0]:
-            reach = (ends[k], k)
+def meets_another(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of the half-open intervals ``[start, end)`` intersect another one (empty ones never do).
+
+    Sorted by start, an interval meets an earlier one when the furthest end before it lies
+    past its start, and a later one when the next start lies before its end; an earlier
+    interval that meets it meets the one right after itself too, so nothing is missed.
+    """
+    order = np.flatnonzero(starts < ends)
+    order = order[np.argsort(starts[order], kind="stable")]
+    s, e = starts[order], ends[order]
+    hit = np.zeros(len(order), dtype=bool)
+    if len(order) > 1:
+        hit[1:] |= np.maximum.accumulate(e)[:-1] > s[1:]
+        hit[:-1] |= s[1:] < e[:-1]
+    out = np.zeros(len(starts), dtype=bool)
+    out[order[hit]] = True
     return out
 
 

@@ -115,7 +115,11 @@ class CaseReplay:
         for i, spec in enumerate(specs):
             vs = None if spec.view_src is None else self.tensors[spec.view_src]
             src_ids = spec.src
-            ready = all(s is None or s < i for s in src_ids)
+            ready = True  # every source made already (a plain loop: this runs per tensor)
+            for s in src_ids:
+                if s is not None and s >= i:
+                    ready = False
+                    break
             srcs = [None if s is None else self.tensors[s] for s in src_ids] if ready else []
             u = spec.unary_op
             t = self.ctx.new_tensor_impl(

@@ -75,13 +75,19 @@ def read_case_bytes(path: str) -> bytes:
 
 def execute(args: argparse.Namespace) -> int:
     from vizalloc.analysis.model import gc_paused
+
+    # a large case is millions of small objects that all stay alive while the command runs:
+    # a collection would visit each of them and free nothing
+    with gc_paused():
+        return _plan(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
     from vizalloc.casefile import compare_results, parse_case, replay_case
 
-    # a large case is millions of small objects that all stay alive: collecting finds nothing
-    with gc_paused():
-        case = parse_case(read_case_bytes(args.case), where=args.case)
-        # the full list of overlapping pairs is built only where it is printed or compared
-        results = replay_case(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
+    case = parse_case(read_case_bytes(args.case), where=args.case)
+    # the full list of overlapping pairs is built only where it is printed or compared
+    results = replay_case(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
     if args.json:
         # one step per line, through the json module's C encoder (an indented dump is
         # written by its pure-Python one, several seconds for 100,000 tensors)

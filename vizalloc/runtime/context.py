@@ -218,17 +218,30 @@ MAX_ELEMENTS = 2**60
 
 def _shape(ne: Sequence[int], name: str) -> tuple[int, int, int, int]:
     """``ne`` padded to 4 dimensions; whole numbers only (numpy integers too), none negative."""
-    if len(ne) > 4:
-        raise ShapeError(f"tensor {name!r}: shape {list(ne)} has more than 4 dimensions")
-    for n in ne:
-        if type(n) is not int or n < 0:
-            break
+    n = len(ne)
+    if n == 4:
+        a, b, c, d = ne
+    elif n == 2:
+        a, b = ne
+        c = d = 1
+    elif n == 1:
+        a, = ne
+        b = c = d = 1
+    elif n == 3:
+        a, b, c = ne
+        d = 1
     else:
-        out = tuple(ne) + (1,) * (4 - len(ne))
-        if max(out) > MAX_DIM or out[0] * out[1] * out[2] * out[3] > MAX_ELEMENTS:
-            raise ShapeError(f"tensor {name!r}: shape {list(ne)} is larger than ggml's 64-bit sizes can hold "
-                             f"(at most {MAX_ELEMENTS:,} elements)")
-        return out  # type: ignore[return-value]
+        return _shape_checked(ne, name)
+    # the usual case, checked without a loop: this runs for every tensor made
+    if (type(a) is int and type(b) is int and type(c) is int and type(d) is int and 0 <= a <= MAX_DIM
+            and 0 <= b <= MAX_DIM and 0 <= c <= MAX_DIM and 0 <= d <= MAX_DIM and a * b * c * d <= MAX_ELEMENTS):
+        return ne if type(ne) is tuple and n == 4 else (a, b, c, d)  # type: ignore[return-value]
+    return _shape_checked(ne, name)
+
+
+def _shape_checked(ne: Sequence[int], name: str) -> tuple[int, int, int, int]:
+    if len(ne) > 4:
+        raise ShapeError(f"tensor {name!r}: shape {list(ne)!r:.80} has more than 4 dimensions")
     fixed = []
     for i, n in enumerate(ne):
         v = whole_number(n)
@@ -236,15 +249,23 @@ def _shape(ne: Sequence[int], name: str) -> tuple[int, int, int, int]:
             raise ShapeError(f"tensor {name!r}: dimension {i} is {n!r:.40}; dimensions are whole numbers, 0 or more "
                              f"(shape {list(ne)!r:.80})")
         fixed.append(v)
-    return _shape(fixed, name)
+    out = tuple(fixed) + (1,) * (4 - len(fixed))
+    if max(out) > MAX_DIM or out[0] * out[1] * out[2] * out[3] > MAX_ELEMENTS:
+        raise ShapeError(f"tensor {name!r}: shape {list(ne)} is larger than ggml's 64-bit sizes can hold "
+                         f"(at most {MAX_ELEMENTS:,} elements)")
+    return out  # type: ignore[return-value]
 
 
 def _strides(nb: Sequence[int], name: str) -> tuple[int, int, int, int]:
+    if len(nb) == 4:
+        a, b, c, d = nb
+        if type(a) is int and type(b) is int and type(c) is int and type(d) is int and min(a, b, c, d) >= 0:
+            return nb if type(nb) is tuple else (a, b, c, d)  # type: ignore[return-value]
     if len(nb) != 4:
-        raise ShapeError(f"tensor {name!r}: strides {list(nb)} must be 4 byte counts")
+        raise ShapeError(f"tensor {name!r}: strides {list(nb)!r:.80} must be 4 byte counts")
     out = []
     for i, n in enumerate(nb):
-        v = n if type(n) is int else whole_number(n)
+        v = whole_number(n)
         if v is None or v < 0:
             raise BoundsError(f"tensor {name!r}: stride nb[{i}] is {n!r:.40}; strides are byte counts, 0 or more "
                               "(ggml's size_t)")
