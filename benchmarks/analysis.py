@@ -213,7 +213,7 @@ def save_trace(events: list[ev.Event]) -> str:
 
     fd, path = tempfile.mkstemp(suffix=".vztrace")
     os.close(fd)
-    save(Trace(TraceHeader.new(), tuple(events)), path)
+    save(Trace(TraceHeader.new(), tuple(events)), path, overwrite=True)
     return path
 
 

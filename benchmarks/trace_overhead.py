@@ -103,7 +103,7 @@ def demo_loop(steps: int, tmp: Path, mode: str, config: str | shared_tensors.Con
             finally:
                 recorder.pop(dropping)
         else:
-            session = trace(path, **MODES[mode][1])  # type: ignore[arg-type]
+            session = trace(path, overwrite=True, **MODES[mode][1])  # type: ignore[arg-type]
             sessions.append(session)
             with session:
                 yield

@@ -18,7 +18,7 @@ Two figures per ggml-opt side:
 * ``switch`` (the main figure): a training step right after a forward (validation) pass,
   as ``ggml_opt_epoch`` does between its training and validation batches, so ``alloc``
   pays ggml-opt's full graph-switch cost: scheduler reset, the deep copy of the graph
-  (``dup_graph``), splitting and planning it, binding it. Only the training step is timed;
+  (``graph_deep_copy``), splitting and planning it, binding it. Only the training step is timed;
   the forward pass between steps is not. A switch before every step is the worst case
   (``ggml_opt_epoch`` switches twice per epoch).
 * ``steady``: consecutive training steps; ``alloc`` finds the optimizer graph already

@@ -130,7 +130,7 @@ def make_trace(n_events: int, path: Path) -> None:
     spec.loader.exec_module(mod)
     prefix, token = mod.record_template()
     events = mod.repeat(prefix, token, n_events)
-    save(Trace(TraceHeader.new(), tuple(events)), path)
+    save(Trace(TraceHeader.new(), tuple(events)), path, overwrite=True)
 
 
 def _key_event(key: str) -> events.Key:

@@ -1,7 +1,8 @@
 """Dependencies point one way: runtime → trace → analysis → export / tui → cli.
 
-``replay`` is the one way back from trace data into the runtime; ``casefile`` drives the
-runtime from case files the same way. Modules at the package root (``errors.py``,
+``replay`` is the one way back from trace data into the runtime; ``capture`` turns a real
+ggml process's record into trace events through the runtime's allocators; ``casefile``
+drives the runtime from case files. Modules at the package root (``errors.py``,
 ``text.py``) import nothing of vizalloc, so every layer may use them. The test walks
 every module's imports (top level and inside functions) with ``ast``.
 """
@@ -24,10 +25,13 @@ ALLOWED: dict[str, set[str]] = {
     # case files drive the runtime from outside (a test harness, `vizalloc plan`), like
     # replay; their overlap report uses the analysis' both_live rule and rectangle sweep
     "casefile": {"runtime", "trace", "analysis"},
+    # a real ggml process: its record is replayed through the runtime's allocators into
+    # ordinary trace events; it never reaches into the analysis
+    "capture": {"runtime", "trace"},
     "export": {"trace", "analysis"},
     "tui": {"trace", "analysis", "export"},
     "scenarios": {"runtime", "trace"},
-    "cli": {"runtime", "trace", "analysis", "replay", "casefile", "export", "tui", "scenarios"},
+    "cli": {"runtime", "trace", "analysis", "replay", "casefile", "capture", "export", "tui", "scenarios"},
 }
 
 # the runtime may see only the trace's seam, not its files or API

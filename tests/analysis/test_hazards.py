@@ -303,7 +303,7 @@ def test_no_churn_for_occasional_replans():
 
 
 def test_deep_copies_alias_the_static_original():
-    """dup_graph copies of an allocated parameter share its bytes (PlacedBy.COPY): not a conflict."""
+    """graph_deep_copy copies of an allocated parameter share its bytes (PlacedBy.COPY): not a conflict."""
     tb = TraceBuilder()
     static = tb.buffer(64, usage="weights")
     p = tb.tensor("p", 16, flags=4)

@@ -52,3 +52,25 @@ def test_roots_in_a_freed_buffer_are_dangling() -> None:
     # right after the binding the same roots were live and planned
     before = placed_roots(model, binding.graph, binding.plan_id, binding.end_seq)[buf]
     assert [(r.state, r.planned) for r in before] == [(PlacementState.LIVE, True)] * 2
+
+
+def test_a_split_input_stays_live_until_the_scheduler_copies_it() -> None:
+    """The scheduler puts a view of each split input (the input as its source) right before
+    the input's copy; the copy reads the input there, and ggml's planner keeps the input's
+    bytes until then, so its live range must reach that node."""
+    from tests.export.scenarios import two_backends
+    from vizalloc.analysis.liveness import graph_spans
+
+    model = build_model(two_backends(compute=False))
+    (binding,) = model.bindings.values()
+    nodes = binding.graph.nodes
+    spans = graph_spans(model, binding.graph)
+    copies = [c for s in model.scheds.values() for c in s.copies]
+    assert copies
+    for c in copies:
+        at = nodes.index(c.copy_id)
+        dep = model.tensors[nodes[at - 1]]
+        assert dep.op == "NONE" and c.src_id in dep.srcs
+        src_root = model.root(c.src_id)
+        first, last = spans[src_root]
+        assert last is not None and last >= at - 1, (model.label(c.src_id), spans[src_root], at)

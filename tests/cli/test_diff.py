@@ -37,3 +37,23 @@ def test_diff_two_plans_of_one_trace(traces, capsys):  # noqa: F811
     assert main(["diff", path, path, "--plans", fwd, fwd]) == 0
     assert main(["diff", path, path, "--plans", fwd, "999999"]) == 2
     assert "has no plan #999999" in capsys.readouterr().err
+
+
+def test_diff_columns_explain_themselves(tmp_path, capsys):
+    """No bare "k" column: the explanation is printed once, and a name that repeats in a
+    plan says which one of that name the row is."""
+    from tests.export.scenarios import seed_stale
+    from vizalloc.trace.api import save
+    from vizalloc.trace.value import Trace, TraceHeader
+
+    a, b = tmp_path / "a.vztrace", tmp_path / "b.vztrace"
+    save(Trace(TraceHeader.new(), tuple(seed_stale())), a)
+    # the same program with two tensors sharing one name
+    save(Trace(TraceHeader.new(), tuple(seed_stale(("x", "t", "t", "s", "y", "z", "q")))), b)
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "tensor" in line and "change" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["tensor", "change", "A slot:offset+bytes",
+                                                                 "B slot:offset+bytes"]
+    assert out.count("tensors are matched by name") == 1
+    assert "t (2nd of that name)" in out

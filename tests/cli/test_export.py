@@ -105,7 +105,7 @@ def test_max_nodes_and_fold(tmp_path: Path, capsys):
 
 def test_bad_trace_paths(tmp_path: Path, capsys):
     assert main(["export", str(tmp_path / "nope.vztrace")]) == 2
-    assert "no such trace file" in capsys.readouterr().err
+    assert "no trace file at" in capsys.readouterr().err
     junk = tmp_path / "junk.vztrace"
     junk.write_bytes(b"not a trace at all")
     assert main(["export", str(junk), "--format", "json"]) == 2
@@ -116,3 +116,28 @@ def test_minimalloc_offsets_column(trace_file: Path, capsys):
     assert main(["export", str(trace_file), "--format", "minimalloc", "--offsets", "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "id,lower,upper,size,offset" and len(lines) == 3
+
+
+@pytest.mark.parametrize("fmt", ["dot", "layout", "minimalloc"])
+def test_says_which_binding_it_drew(trace_file: Path, fmt: str, capsys):
+    """The seed trace has two bindings; the second holds the findings and is drawn, and
+    stderr names it and why (the picture's title says it too)."""
+    from vizalloc.analysis.model import build_model
+    from vizalloc.trace.api import load
+
+    model = build_model(load(trace_file).events)
+    first, second = sorted(model.bindings)
+    b2 = model.bindings[second]
+    assert main(["export", str(trace_file), "--format", fmt, "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    verb = f"wrote plan #{b2.plan_id} of" if fmt == "minimalloc" else "drew"
+    assert (f"{verb} graph #{b2.graph_id} binding #{second}, plan #{b2.plan_id}: the first binding with a finding; "
+            "draw another with --binding N") in captured.err
+    if fmt != "minimalloc":
+        assert "drawn: the first binding with a finding" in captured.out
+    assert main(["export", str(trace_file), "--format", fmt, "-o", "-", "--binding", str(first)]) == 0
+    err = capsys.readouterr().err
+    assert f"binding #{first}, plan #{model.bindings[first].plan_id}: binding #{first} as asked" in err
+    assert "--binding N" not in err
+    assert main(["export", str(trace_file), "--format", "json", "-o", "-"]) == 0
+    assert "drew" not in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from vizalloc.cli import main
 
@@ -26,3 +27,33 @@ def test_summary_json(traces, capsys):  # noqa: F811
     assert first["lower_bound_bytes"] <= first["plan_bytes"]
     assert data["peak_buffer_bytes"] >= max(b["nbytes"] for b in data["buffers"])
     assert main(["summary", str(traces["bad"])]) == 2
+
+
+def test_summary_into_a_pipe_is_not_cut_and_folds_the_loop(tmp_path, capsys, monkeypatch):
+    """Written to a file (not a terminal), nothing is cut to 80 columns; a training loop's
+    graphs, plans and buffers, equal but for their ids, take one row each."""
+    from vizalloc.scenarios.shared_tensors import run
+    from vizalloc.trace import api
+
+    path = tmp_path / "loop.vztrace"
+    run("none", steps=6, seed=0, around_loop=lambda: api.trace(path))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\u2026" not in out                          # no cell cut with an ellipsis
+    assert re.search(r"galloc \d+ slot 0: chunk\(s\) \[0\] must grow to \[\d+\] bytes", out)  # on one line
+    data_rows = [line for line in out.splitlines() if line.startswith("\u2502")]
+    # 6 steps x (forward + backward): 26 graphs, 12 plans and 3 buffers fold into a few rows
+    assert len(data_rows) < 40, out
+    graphs = [line for line in data_rows if " sched " in line]
+    assert len(graphs) == 2 and any("step 4" in line for line in graphs)
+
+
+def test_fold_ids():
+    from vizalloc.cli.summary import fold_ids
+
+    assert fold_ids([2, 6, 10, 14, 18]) == "2-18 step 4"
+    assert fold_ids([0, 1, 2, 3, 7]) == "0-3, 7"
+    assert fold_ids([5, 1]) == "1, 5"
+    assert fold_ids(list(range(0, 60, 2)) + [61]) == "0-58 step 2, 61"
+    assert fold_ids([1, 2, 4, 5, 7, 8, 10, 11, 13, 14]) == "1, 2, 4, ... 14 (10 in all)"

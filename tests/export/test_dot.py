@@ -40,7 +40,7 @@ def test_three_node_graph_exact_dot():
     assert text.startswith(EXPECTED_THREE)
     legend, end = text[len(EXPECTED_THREE):].splitlines()
     assert legend.startswith("  legend [shape=plaintext, label=<<TABLE")
-    assert 'BGCOLOR="#8dd3c7"' in legend and "buf #0 CPU CPU compute 96 B" in legend
+    assert 'BGCOLOR="#8dd3c7"' in legend and "buffer #0 CPU compute 96 B" in legend and "CPU CPU" not in legend
     assert end == "}"
 
 

@@ -1,14 +1,19 @@
-"""Layout SVG: one panel per buffer, one rectangle per root, stale/collisions hatched, peak and bound lines."""
+"""Layout SVG: one panel per buffer, one rectangle per root, stale blocks grey, collisions red,
+peak and bound lines inside their own panel, labels that never run into each other."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+import re
+
 from tests.export.scenarios import mlp_chain, seed_stale, two_backends
 from vizalloc.analysis.hazards import find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.export.findings import highlights
-from vizalloc.export.layout import Block, build_layout, layout_svg, lower_bound
+from vizalloc.export.layout import CHAR_WIDTH, build_layout, layout_svg
+from vizalloc.export.selection import select
+from vizalloc.trace.recorder import ListRecorder
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -33,27 +38,93 @@ def test_seed_layout_blocks():
     assert (blocks["q"].first, blocks["q"].last) == (2, 3)  # an output lives to the end
     assert blocks["x"].stale and blocks["t"].stale and not blocks["y"].stale
     assert {(a.name, b.name) for a, b, _ in panel.collisions} == {("x", "y"), ("y", "t")}
-    assert panel.peak_nbytes == 260
+    # q holds [256, 260), 32 bytes with the alignment: every figure counts reserved bytes
+    assert panel.figures.highest == 288 == panel.figures.size
     # the analysis's bound for plan #2, slot 0: y's chain (256 B) and q (32 B padded) are
     # live together in the planner's decision order (q is allocated before z is freed)
-    assert panel.lower_bound == 288
+    assert panel.figures.lower_bound == 288
+    assert panel.figures.max_live == 288 and panel.figures.max_live_step == 2
 
 
-def test_seed_layout_svg_parses_with_titles_hatching_and_lines():
+def test_seed_layout_svg_parses_with_titles_stale_blocks_collisions_and_lines():
     model, found, second = _seed()
     svg = layout_svg(model, binding_id=second, highlights=found)
     root = ET.fromstring(svg.encode("utf-8"))
-    blocks = [g for g in root.iter(f"{SVG}g") if g.get("class") == "block"]
+    blocks = [g for g in root.iter(f"{SVG}g") if g.get("class", "").startswith("block")]
     assert len(blocks) == 5
     titles = [g.find(f"{SVG}title").text for g in blocks]
     assert any(t.startswith("x (tensor #") and "STALE" in t for t in titles)
-    hatched = [g for g in blocks if g.find(f"{SVG}rect").get("fill") == "url(#hatch)"]
-    assert len(hatched) == 2  # x and t
+    # stale blocks are grey; only the collisions are red
+    stale = [g for g in blocks if g.find(f"{SVG}rect").get("fill") == "url(#stale)"]
+    assert len(stale) == 2 and all(g.get("class") == "block stale" for g in stale)  # x and t
+    assert not [g for g in blocks if g.find(f"{SVG}rect").get("fill") == "url(#hatch)"]
     collisions = [g for g in root.iter(f"{SVG}g") if g.get("class") == "collision"]
-    assert len(collisions) == 2
+    assert len(collisions) == 2 and all(g.find(f"{SVG}rect").get("fill") == "url(#hatch)" for g in collisions)
     texts = [t.text for t in root.iter(f"{SVG}text")]
-    assert "peak 260 B" in texts and "lower bound 288 B" in texts
+    assert "peak 288 B" in texts and "lower bound 288 B" in texts
     assert any(t and t.startswith("max live") for t in texts)
+    assert f"drawn: binding #{second} as asked" in svg
+
+
+def _panels(root: ET.Element) -> list[ET.Element]:
+    return [g for g in root.iter(f"{SVG}g") if g.get("class") == "buffer"]
+
+
+def _assert_panels_sound(svg: str) -> None:
+    """Every line and label of a panel inside that panel; titles without repeated words;
+    no two block labels overlapping."""
+    root = ET.fromstring(svg.encode("utf-8"))
+    for g in _panels(root):
+        frame = next(r for r in g.iter(f"{SVG}rect") if r.get("fill") == "#fafafa")
+        top, height = float(frame.get("y")), float(frame.get("height"))
+        for line in g.iter(f"{SVG}line"):
+            if line.get("class") in ("peak", "lower-bound"):
+                assert top - 0.01 <= float(line.get("y1")) <= top + height + 0.01, line.attrib
+        for text in g.iter(f"{SVG}text"):
+            if text.get("class") in ("peak", "lower-bound"):
+                assert top <= float(text.get("y")) <= top + height, text.attrib
+        title = "".join(next(t for t in g.iter(f"{SVG}text") if t.get("class") == "panel-title").itertext())
+        words = title.split()
+        assert all(a != b for a, b in zip(words, words[1:])), title
+        boxes = []
+        for text in g.iter(f"{SVG}text"):
+            if text.get("pointer-events") == "none":
+                x, y = float(text.get("x")), float(text.get("y"))
+                boxes.append((x, x + len(text.text) * CHAR_WIDTH, y - 9, y + 2, text.text))
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not (a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]), (a, b)
+
+
+def test_seed_layout_panels_are_sound():
+    model, found, second = _seed()
+    for b in model.bindings:
+        _assert_panels_sound(layout_svg(model, binding_id=b, highlights=found))
+
+
+def test_a_freed_buffer_says_so_and_gets_no_lower_bound():
+    """The demo loop with no fix: the backward graph outgrows the forward buffer, which is
+    freed; the stale forward tensors stay in it (dangling). Its panel says FREED, draws no
+    lower bound (the backward plan put nothing there), and every figure fits its buffer."""
+    from vizalloc.scenarios.shared_tensors import run
+
+    rec = ListRecorder()
+    run("none", steps=1, around_loop=lambda: rec)
+    model = build_model(rec.events)
+    found = highlights(find_hazards(model))
+    backward = sorted(model.bindings)[1]
+    lay = build_layout(model, binding_id=backward, highlights=found)
+    by_id = {p.buffer_id: p for p in lay.panels}
+    freed = [p for p in lay.panels if p.figures.freed]
+    assert len(freed) == 1 and freed[0].figures.lower_bound is None
+    assert all(b.stale.startswith("dangling") for b in freed[0].blocks)
+    assert freed[0].collisions   # the real collisions, drawn over the merely dangling bytes
+    for p in by_id.values():
+        assert p.figures.max_live <= p.figures.highest <= p.figures.size
+    svg = layout_svg(model, binding_id=backward, highlights=found)
+    assert ">FREED<" in svg and "every tensor here dangles" in svg
+    assert svg.count('class="lower-bound"') == 2   # one line and its label, in the plan's buffer only
+    _assert_panels_sound(svg)
 
 
 def test_first_binding_has_no_stale_blocks():
@@ -68,23 +139,42 @@ def test_one_panel_per_buffer_of_the_graph():
     lay = build_layout(model)
     kinds = sorted((model.buffers[p.buffer_id].backend, model.buffers[p.buffer_id].usage) for p in lay.panels)
     assert kinds == [("CPU", "compute"), ("SIM", "compute"), ("SIM", "weights")]
-    ET.fromstring(layout_svg(model).encode("utf-8"))
+    assert sorted(p.title.split(" ", 2)[2] for p in lay.panels) == ["CPU compute 128 B", "SIM compute 256 B",
+                                                                    "SIM weights 256 B"]
+    # the weights buffer was not placed by a plan: no lower bound (not "0 B")
+    weights = next(p for p in lay.panels if "weights" in p.title)
+    assert weights.figures.lower_bound is None
+    svg = layout_svg(model)
+    assert "lower bound 0 B" not in svg and "no lower bound: plan #" in svg
+    _assert_panels_sound(svg)
 
 
-def test_lower_bound_uses_both_live_gaps():
-    def blk(first: int, last: int, nbytes: int) -> Block:
-        return Block(0, "b", "ADD", "f32", (1,), 0, nbytes, first, last, True, "", "gallocr", 0)
+def test_without_findings_the_most_split_binding_is_drawn_and_named():
+    """A trace without hazards: the transformer layer split between SIM and the CPU (12
+    splits), then the same layer on the CPU alone. The picture is of the split run, and
+    says why it was chosen."""
+    from vizalloc.scenarios import transformer_block as tb
 
-    # [0, 2] and [2, 4] may share bytes (a write at the other's last read); [1, 3] may not
-    assert lower_bound([blk(0, 2, 100), blk(2, 4, 100)], 5) == (100, 0)
-    assert lower_bound([blk(0, 2, 100), blk(1, 3, 50)], 5) == (150, 1)
-    assert lower_bound([blk(0, 2, 10)], 5, alignment=32) == (32, 0)
+    with ListRecorder() as rec:
+        tb.run(tb.BlockConfig(d_model=8, n_head=2, d_ff=16, n_tokens=4))
+    model = build_model(rec.events)
+    assert not [h for h in find_hazards(model) if h.kind.value != "replan"]
+    assert len(model.bindings) == 2
+    split_run, cpu_only = sorted(model.bindings)   # the SIM+CPU run comes first
+    sel = select(model)
+    assert sel.binding_id == split_run and "most scheduler splits" in sel.reason
+    assert select(model, binding_id=cpu_only).reason == f"binding #{cpu_only} as asked"
+    svg = layout_svg(model)
+    assert re.search(r"drawn: no finding; the binding with the most scheduler splits \(\d+\)", svg)
+    backends = {model.buffers[p.buffer_id].backend for p in build_layout(model).panels}
+    assert backends == {"SIM", "CPU"}
 
 
 def test_big_graph_layout_labels_only_where_room():
     model = build_model(mlp_chain(40))
     svg = layout_svg(model)
     root = ET.fromstring(svg.encode("utf-8"))
-    blocks = [g for g in root.iter(f"{SVG}g") if g.get("class") == "block"]
+    blocks = [g for g in root.iter(f"{SVG}g") if g.get("class", "").startswith("block")]
     labels = [t for t in root.iter(f"{SVG}text") if t.get("pointer-events") == "none"]
     assert len(blocks) > 100 and len(labels) < len(blocks)
+    _assert_panels_sound(svg)

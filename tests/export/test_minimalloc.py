@@ -23,14 +23,27 @@ def test_seed_plans_exact_rows():
     ids = {info.name: t for t, info in model.tensors.items()}
     (a,) = plan_problems(model, first)
     # x allocated (1), t and u take it over in place (2, 3), s allocated (4), u's chain freed (5)
-    assert csv_text(a) == f"id,lower,upper,size\nt{ids['x']},1,5,256\nt{ids['s']},4,6,32\n"
+    assert csv_text(a) == f"id,lower,upper,size\nx#{ids['x']},1,5,256\ns#{ids['s']},4,6,32\n"
     assert a.rows[0].members == (ids["x"], ids["t"], ids["u"])
     assert (a.recorded_nbytes, a.recorded_peak, a.lower_bound) == (288, 288, 288)
     (b,) = plan_problems(model, second)
     # x and t are external in the second plan: not in the problem at all
-    assert csv_text(b, offsets=True) == (f"id,lower,upper,size,offset\nt{ids['y']},1,4,256,0\n"
-                                         f"t{ids['q']},3,5,32,256\n")
+    assert csv_text(b, offsets=True) == (f"id,lower,upper,size,offset\ny#{ids['y']},1,4,256,0\n"
+                                         f"q#{ids['q']},3,5,32,256\n")
     assert b.overlaps() == []
+
+
+def test_ids_are_inert_names():
+    """Names are data: a comma, a quote, a newline or a bidi override never reaches the CSV
+    field (MiniMalloc splits on commas without quoting); ids stay unique."""
+    model = build_model(seed_stale(("x,1", 't"2', "u\nv", "s\u202e", "y y", "z", "q")))
+    first = min(model.plans)
+    text = csv_text(plan_problems(model, first)[0])
+    rows = text.splitlines()
+    assert len(rows) == 3 and all(len(r.split(",")) == 4 for r in rows)
+    ids = [r.split(",")[0] for r in rows[1:]]
+    assert ids[0].startswith("x_1#") and ids[1].startswith("s_u202e#")
+    assert len(set(ids)) == len(ids)
 
 
 def test_unknown_plan_is_a_usage_error():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vizalloc.errors import ContextError, GraphError, ShapeError
-from vizalloc.runtime import F16, F32, Context, Graph, Op, dup_graph, ops, set_param
+from vizalloc.runtime import F16, F32, Context, Graph, Op, graph_deep_copy, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.memory import alloc_ctx_tensors
 from vizalloc.trace import events as ev
@@ -94,7 +94,7 @@ def test_shallow_copies_share_tensors_deep_copies_do_not(recorded) -> None:
     g.build_forward_expand(y)
     shallow = g.dup()
     assert shallow.nodes == g.nodes and shallow.leafs == g.leafs
-    deep = dup_graph(Context(), g)
+    deep = graph_deep_copy(Context(), g)
     assert [t.op for t in deep.nodes] == [t.op for t in g.nodes]
     assert not set(map(id, deep.nodes)) & set(map(id, g.nodes))
     copy_of_y = deep.nodes[-1]
@@ -113,7 +113,39 @@ def test_deep_copy_of_a_static_tensor_aliases_its_bytes() -> None:
     out = ops.scale(ctx, w, 2.0)
     g = Graph()
     g.build_forward_expand(out)
-    deep = dup_graph(Context(), g)
+    deep = graph_deep_copy(Context(), g)
     w_copy = deep.leafs[0]
     assert w_copy.data == w.data and w_copy.buffer is w.buffer  # external: the planner will skip it
     assert deep.nodes[0].data is None and deep.nodes[0].op is Op.SCALE
+
+
+def test_the_deep_copy_is_named_after_what_it_is():
+    """ggml-opt's dup_graph is a *deep* copy, unlike ggml_graph_dup (Graph.dup): the old
+    name still works but warns, so nobody silently gets the fix for the other."""
+    import warnings
+
+    import vizalloc.runtime as rt
+    from vizalloc.runtime import graph as graph_module
+
+    assert "dup_graph" not in rt.__all__ and "graph_deep_copy" in rt.__all__
+    with pytest.warns(DeprecationWarning, match=r"deep.*graph_deep_copy.*Graph\.dup"):
+        old = rt.dup_graph
+    assert old is graph_deep_copy
+    with pytest.warns(DeprecationWarning, match="graph_deep_copy"):
+        assert graph_module.dup_graph is graph_deep_copy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rt.graph_deep_copy is graph_deep_copy
+    with pytest.raises(AttributeError):
+        rt.no_such_name  # noqa: B018
+
+
+def test_what_a_program_calls_is_in_vizalloc_runtime():
+    import vizalloc.runtime as rt
+    from vizalloc.runtime import backends, backward, memory
+
+    expected = {"tensor_set": memory.tensor_set, "tensor_get": memory.tensor_get,
+                "graph_compute": backends.graph_compute, "alloc_ctx_tensors": backends.alloc_ctx_tensors,
+                "graph_get_grad": backward.graph_get_grad, "CPUBackend": backends.CPUBackend}
+    for name, obj in expected.items():
+        assert name in rt.__all__ and getattr(rt, name) is obj, name

@@ -228,3 +228,31 @@ def test_a_stale_pointer_still_writes_the_new_owner() -> None:
     tensor_set(new, [1.0, 2.0, 3.0, 4.0])
     tensor_set(old, [7.0, 7.0, 7.0, 7.0])
     assert tensor_get(new).tolist() == [7.0, 7.0, 7.0, 7.0]
+
+
+def test_a_block_type_takes_and_gives_raw_bytes() -> None:
+    from vizalloc.runtime.dtype import DType
+
+    ctx = Context()
+    q = ctx.new_tensor_1d(DType.Q8_0, 64, name="q")  # 2 blocks of 32 elements, 34 bytes each
+    alloc_ctx_tensors(ctx, CPU)
+    assert q.nbytes == 68
+    with pytest.raises(ShapeError, match="'q' is q8_0 .*raw bytes as a uint8 array, got float64"):
+        tensor_set(q, np.ones(64))
+    raw = np.arange(68, dtype=np.uint8)
+    tensor_set(q, raw)
+    assert tensor_get(q).tolist() == raw.tolist()
+    assert tensor_get(q, offset=34, nbytes=2).tolist() == [34, 35]
+
+
+def test_a_buffer_without_bytes_is_named() -> None:
+    from vizalloc.errors import NoMemoryError
+    from vizalloc.runtime.buffer import VIRTUAL
+
+    ctx = Context()
+    v = ctx.new_tensor_1d(F32, 4, name="v")
+    alloc_ctx_tensors(ctx, BufferType("CAPTURED", device=VIRTUAL))
+    with pytest.raises(NoMemoryError, match="'v' lives in buffer #.*no bytes"):
+        tensor_set(v, np.ones(4, np.float32))
+    with pytest.raises(NoMemoryError, match="no bytes"):
+        tensor_get(v)

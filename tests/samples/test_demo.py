@@ -79,3 +79,17 @@ def test_opt_driver_presized(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["driver"] == "opt" and out["presize"] is True
     assert out["strategies"]["none"]["safe"] is False and out["strategies"]["dup"]["safe"] is True
+
+
+def test_capture_values_records_what_shadow_replays(tmp_path, capsys):
+    api = pytest.importorskip("vizalloc.trace.api")
+    from vizalloc.trace import events as ev
+
+    assert main(["demo", "--steps", "1", "--strategies", "none", "--out-dir", str(tmp_path)]) == 0
+    plain = api.load(str(tmp_path / "demo-none.vztrace")).events
+    assert not any(isinstance(e, ev.ValueSnapshot) for e in plain)
+    assert main(["demo", "--steps", "1", "--strategies", "none", "--out-dir", str(tmp_path), "-f",
+                 "--capture-values"]) == 0
+    captured = api.load(str(tmp_path / "demo-none.vztrace")).events
+    assert sum(isinstance(e, ev.ValueSnapshot) for e in captured) > 0
+    capsys.readouterr()

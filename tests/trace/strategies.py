@@ -41,9 +41,18 @@ def for_codec(codec: str) -> st.SearchStrategy[Any]:
     raise AssertionError(f"no strategy for codec {codec}")
 
 
+NON_NEGATIVE_INT = st.one_of(st.integers(0, 1 << 20), st.integers(0, (1 << 63) - 1))
+
+
 def event_of(cls: type[ev.Event]) -> st.SearchStrategy[ev.Event]:
+    """Any event of ``cls``; the fields the reader refuses negative (the graph allocator's
+    positions, ``chunk_decoder.NON_NEGATIVE``) stay 0 or more."""
+    from vizalloc.trace.chunk_decoder import NON_NEGATIVE
+
     schema = SCHEMA[cls]
-    return st.builds(cls, INT64, INT64, LOCATIONS, *[for_codec(c) for c in schema.codecs])
+    positions = NON_NEGATIVE.get(cls, ())
+    return st.builds(cls, INT64, INT64, LOCATIONS, *[NON_NEGATIVE_INT if f in positions else for_codec(c)
+                                                     for f, c in zip(schema.fields, schema.codecs)])
 
 
 ANY_EVENT = st.one_of([event_of(cls) for cls in SCHEMA])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vizalloc
-from vizalloc.runtime import F32, BufferType, Context, Graph, dup_graph, ops, set_input, set_output
+from vizalloc.runtime import F32, BufferType, Context, Graph, graph_deep_copy, ops, set_input, set_output
 from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_get, tensor_set
 from vizalloc.trace import events as ev
 
@@ -80,7 +80,7 @@ def test_graphs_shallow_and_deep_copies() -> None:
         g = Graph()
         g.build_forward_expand(s)
         g2 = g.dup()
-        g3 = dup_graph(Context(name="copies"), g)
+        g3 = graph_deep_copy(Context(name="copies"), g)
     evs = t.trace.events
     add = next(e for e in _only(evs, ev.TensorCreated) if e.tensor_id == s.id)
     assert add.op == "ADD" and add.srcs == (x.id, y.id)

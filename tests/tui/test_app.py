@@ -245,7 +245,7 @@ def test_cli_refuses_missing_and_broken_files(tmp_path: Path, capsys: pytest.Cap
     from vizalloc.cli import main
 
     assert main(["tui", str(tmp_path / "nope.vztrace")]) == 2
-    assert "no such trace file" in capsys.readouterr().err
+    assert "no trace file at" in capsys.readouterr().err
     bad = tmp_path / "bad.vztrace"
     bad.write_bytes(b"garbage")
     assert main(["tui", str(bad)]) == 2
@@ -290,3 +290,67 @@ async def test_map_mouse_click_and_wheel(trace: Trace) -> None:
         mmap.post_message(events.MouseScrollDown(mmap, GUTTER + 5, 3, 0, 0, 0, False, False, False))
         await pilot.pause()
         assert mmap.cursor_row == min(row + 3, mmap.geom.n_rows(mmap.panel.top) - 1)  # type: ignore[union-attr]
+
+
+async def test_help_lists_only_vizalloc_keys_and_ctrl_c_quits(trace: Trace) -> None:
+    """The help screen shows what the keys do here, not Textual's internals; Ctrl-C quits
+    (Textual's default only said "press ctrl+q")."""
+    async with running(trace) as (app, pilot):
+        await pilot.press("3", "question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        rows = dict(app.screen.rows)
+        whats = " ".join(rows.values())
+        for internal in ("help_quit", "Copy selected text", "command_palette", "focus_next", "Palette"):
+            assert internal not in whats, internal
+        assert rows["ctrl+c, ctrl+q"] == "Quit" and rows["q"] == "Quit"
+        assert rows["n"] == "sort by name (again: reversed)"
+        await pilot.press("escape")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.return_code == 0 and not app.is_running
+
+
+async def test_history_row_is_readable_whole(trace: Trace) -> None:
+    """The table cuts long cells; the row under the cursor is shown whole below it."""
+    async with running(trace) as (app, pilot):
+        await pilot.press("3", "enter")
+        await pilot.pause()
+        history = app.screen.query_one("#history", VirtualTable)
+        info = app.screen.query_one("#info")
+        for i in range(len(history.source)):
+            history.set_cursor(i)
+            await pilot.pause()
+            row = history.source.view.row(i)
+            shown = str(info.render())
+            assert f"seq {row.seq} {row.kind}: " in shown and row.what in shown and row.where in shown
+
+
+async def test_tensors_name_and_op_share_the_width(trace: Trace) -> None:
+    """The name column takes what its names need, not everything: the op is never cut
+    while the name column has room to spare."""
+    from vizalloc.tui.widgets.table import share_widths
+
+    async with running(trace) as (app, pilot):
+        await pilot.press("3")
+        await pilot.pause()
+        table = app.screen.query_one("#tensors", VirtualTable)
+        cols = list(table.source.columns)
+        labels = [c.label for c in cols]
+        assert "first seq" in labels and "last seq" in labels
+        widths = dict(zip(labels, share_widths(cols, 160)))
+        op_need = max(len(table.source.cells(i)[2]) for i in range(len(table.source)))
+        assert widths["op"] >= op_need
+        assert "first/last seq" in str(app.screen.query_one("#info").render())
+
+
+async def test_map_head_gives_the_buffer_figures(trace: Trace) -> None:
+    async with running(trace) as (app, pilot):
+        await pilot.press("2")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, MapScreen) and screen.panel is not None and screen.panel.figures is not None
+        fig = screen.panel.figures
+        head = str(screen.query_one("#maphead").render())
+        assert f"peak {fig.highest} B" in head and f"max live {fig.max_live} B" in head
+        assert fig.max_live <= fig.highest <= fig.size

@@ -387,3 +387,10 @@ class Builder:
 
     def _Marker(self, e: ev.Marker) -> None:
         self.m.markers.append(e)
+
+    # -- a captured real process ------------------------------------------------------------
+    def _ProcessCaptured(self, e: ev.ProcessCaptured) -> None:
+        self.m.captured.append(e)
+
+    def _ReplayMismatch(self, e: ev.ReplayMismatch) -> None:
+        self.m.replay_mismatches.append(e)

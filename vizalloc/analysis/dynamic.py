@@ -10,6 +10,11 @@ inputs before writing (ggml's in-place pattern). Accesses to a freed buffer are 
 as dangling *and* still tracked: vizalloc keeps freed bytes reachable (poisoned), so
 stale tensors there really do overwrite each other, as in C with a quarantined heap.
 
+Host accesses (``tensor_set``, ``tensor_get``, copies) are counted at the step they belong
+to: a write or a copy prepares the compute that comes next, and so does anything after a
+binding that no compute has followed yet (the inputs of the graph just bound); a read with
+no binding since the last compute fetches that compute's results.
+
 Tensors that share bytes on purpose share an *alias key*: a view has its root's key, a
 deep copy that aliases an allocated tensor (``PlacedBy.COPY``) has the original's key.
 A read of T is fine when every byte of T was last written by T's key (or by a buffer
@@ -19,7 +24,9 @@ clear). Otherwise, per foreign piece:
   (clobbered-output for ``tensor_get``);
 * T never wrote those bytes since it was placed → uninitialized-read when T was placed by
   a graph allocator (its bytes hold whatever was there before); for an external tensor
-  (weights, user memory) a foreign writer is a use-after-reuse, a gap is nothing.
+  (weights, user memory) a foreign writer is a use-after-reuse, a gap is nothing. In a
+  trace captured from a real process, graph inputs (flag INPUT) are judged like external
+  tensors: the program may write them straight into host memory, unseen by the capture.
 
     >>> from vizalloc.analysis.model import build_model
     >>> from vizalloc.analysis.hazards import Collector
@@ -32,11 +39,12 @@ from bisect import bisect_right
 from collections.abc import Callable
 
 from vizalloc.analysis.bytemap import ByteMap
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import NEXT_STEP, Collector, Hazard, HazardKind, qlabel, tensor_ref
 from vizalloc.analysis.model import Placement, TraceModel
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
+INPUT_FLAG = 1  # ggml's GGML_TENSOR_FLAG_INPUT
 
 
 class _State:
@@ -50,11 +58,20 @@ class _State:
         self.last_write: dict[int, int] = {}     # alias key -> seq of its last write
         self.maps: dict[int, ByteMap] = {}       # buffer -> last-writer map
         self.freed: dict[int, int] = {}          # buffer -> seq freed
+        # a real process (vizalloc.capture) may write its inputs straight into host memory,
+        # which the capture cannot see: reads of its INPUT tensors are not judged uninitialized
+        self.unseen_input_writes = bool(model.captured)
+        self.last_compute = -1                   # the compute begun last
+        self.after_binding = -1                  # a binding begun since then (-1: none)
 
 
 def scan_accesses(model: TraceModel, col: Collector, *,
                   progress: Callable[[int, int], None] | None = None) -> None:
-    """Run the access pass over ``model.events``, adding findings to ``col``."""
+    """Run the access pass over ``model.events``, adding findings to ``col``.
+
+    The helpers below take the ``step`` a finding counts at: the compute id of a node's
+    access, or of a host access; ``NEXT_STEP`` for one that prepares the next compute.
+    """
     st = _State(model)
     placements = model.placements
     next_placement = 0
@@ -68,8 +85,9 @@ def scan_accesses(model: TraceModel, col: Collector, *,
     NodeCompute, TensorPlaced, TensorCleared = ev.NodeCompute, ev.TensorPlaced, ev.TensorCleared
     TensorSet, TensorGet, TensorCopy = ev.TensorSet, ev.TensorGet, ev.TensorCopy
     BufferCleared, BufferFreed, ComputeBegin = ev.BufferCleared, ev.BufferFreed, ev.ComputeBegin
+    BindingBegin = ev.BindingBegin
     relevant = frozenset({NodeCompute, TensorPlaced, TensorCleared, TensorSet, TensorGet, TensorCopy,
-                          BufferCleared, BufferFreed, ComputeBegin})
+                          BufferCleared, BufferFreed, ComputeBegin, BindingBegin})
     # sources that are destinations, not inputs: a cast lists itself as a source, and
     # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
     not_read = {t: (info.srcs[1] if info.op == "CPY" and len(info.srcs) > 1 else t)
@@ -133,29 +151,34 @@ def scan_accesses(model: TraceModel, col: Collector, *,
             cur.pop(e.tensor_id, None)  # type: ignore[attr-defined]
             fast.pop(e.tensor_id, None)  # type: ignore[attr-defined]
         elif cls is ComputeBegin:
-            compute_id = e.compute_id  # type: ignore[attr-defined]
+            compute_id = st.last_compute = e.compute_id  # type: ignore[attr-defined]
+            st.after_binding = -1
+            col.settle(compute_id)  # the host accesses that prepared it
             if progress is not None:
                 progress(i, n)
+        elif cls is BindingBegin:
+            st.after_binding = e.binding_id  # type: ignore[attr-defined]
         elif cls is TensorSet:
-            _write_range(st, col, e.tensor_id, e.offset, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+            _write_range(st, col, e.tensor_id, e.offset, e.nbytes, e, NEXT_STEP)  # type: ignore[attr-defined]
         elif cls is TensorGet:
             t = e.tensor_id  # type: ignore[attr-defined]
             p = cur.get(t)
             if p is None:
                 continue
+            step = NEXT_STEP if st.after_binding >= 0 else compute_id
             if p.buffer_id in freed:
-                _dangling(st, col, t, p, e, "read", compute_id)
-            _check_read(st, col, t, p, p.alias, e, compute_id, HazardKind.CLOBBERED_OUTPUT,
+                _dangling(st, col, t, p, e, "read", step)
+            _check_read(st, col, t, p, p.alias, e, step, HazardKind.CLOBBERED_OUTPUT,
                         e.offset, e.nbytes)  # type: ignore[attr-defined]
         elif cls is TensorCopy:
             src = e.src_id  # type: ignore[attr-defined]
             p = cur.get(src)
             if p is not None:
                 if p.buffer_id in freed:
-                    _dangling(st, col, src, p, e, "read", compute_id)
-                _check_read(st, col, src, p, p.alias, e, compute_id, HazardKind.USE_AFTER_REUSE,
+                    _dangling(st, col, src, p, e, "read", NEXT_STEP)
+                _check_read(st, col, src, p, p.alias, e, NEXT_STEP, HazardKind.USE_AFTER_REUSE,
                             0, e.nbytes)  # type: ignore[attr-defined]
-            _write_range(st, col, e.dst_id, 0, e.nbytes, e, compute_id)  # type: ignore[attr-defined]
+            _write_range(st, col, e.dst_id, 0, e.nbytes, e, NEXT_STEP)  # type: ignore[attr-defined]
         elif cls is BufferCleared:
             buf = model.buffers.get(e.buffer_id)  # type: ignore[attr-defined]
             if buf is not None:
@@ -165,17 +188,18 @@ def scan_accesses(model: TraceModel, col: Collector, *,
                 cm.write(0, buf.nbytes, (CLEAR_KEY, -1, e.seq))
         elif cls is BufferFreed:
             freed[e.buffer_id] = e.seq  # type: ignore[attr-defined]
+    col.settle(-1)  # host accesses after the last compute that no compute followed
     if progress is not None:
         progress(n, n)
 
 
 def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e: ev.Event,
-                 compute_id: int) -> None:
+                 step: int) -> None:
     p = st.cur.get(t)
     if p is None:
         return
     if p.buffer_id in st.freed:
-        _dangling(st, col, t, p, e, "write", compute_id)
+        _dangling(st, col, t, p, e, "write", step)
     k = p.alias
     bm = st.maps.get(p.buffer_id)
     if bm is None:
@@ -185,17 +209,21 @@ def _write_range(st: _State, col: Collector, t: int, offset: int, nbytes: int, e
     st.last_write[k] = e.seq
 
 
-def _access_text(model: TraceModel, e: ev.Event, verb: str) -> tuple[str, int]:
+def _access_text(st: _State, e: ev.Event, verb: str) -> tuple[str, int]:
+    model = st.model
     if isinstance(e, ev.NodeCompute):
         node = qlabel(model, e.tensor_id)
         op = model.tensors[e.tensor_id].op if e.tensor_id in model.tensors else "?"
         return f"{verb} by node {e.index} {node} ({op}) of compute #{e.compute_id}", e.index
+    # a host access: say where it stands between bindings and computes
+    when = (f" after binding #{st.after_binding}" if st.after_binding >= 0
+            else f" after compute #{st.last_compute}" if st.last_compute >= 0 else " before any compute")
     if isinstance(e, ev.TensorGet):
-        return f"{verb} by the user (tensor_get)", -1
+        return f"{verb} by the user (tensor_get){when}", -1
     if isinstance(e, ev.TensorSet):
-        return f"{verb} by the user (tensor_set)", -1
+        return f"{verb} by the user (tensor_set){when}", -1
     if isinstance(e, ev.TensorCopy):
-        return f"{verb} by a copy {qlabel(model, e.src_id)} -> {qlabel(model, e.dst_id)}", -1
+        return f"{verb} by a copy {qlabel(model, e.src_id)} -> {qlabel(model, e.dst_id)}{when}", -1
     return f"{verb} at seq {e.seq}", -1
 
 
@@ -213,7 +241,7 @@ def _writer_text(model: TraceModel, seq: int) -> str:
     return f"seq {seq}"
 
 
-def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.Event, compute_id: int,
+def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.Event, step: int,
                 clobber_kind: HazardKind, offset: int = 0, nbytes: int | None = None) -> None:
     """The slow path of a read: cut T's bytes by last writer and classify the foreign pieces."""
     a = p.offset + offset
@@ -224,6 +252,10 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
     lw = st.last_write.get(k)
     if lw is not None and lw < placed:
         lw = None  # written only under an earlier placement: not since this one
+    if st.unseen_input_writes:
+        info = st.tensors.get(t)
+        if info is not None and info.flags & INPUT_FLAG:
+            return  # the program may have written these bytes unseen: nothing can be judged
     pool = p.pool
     found: dict[tuple[HazardKind, int], list[tuple[int, int, int]]] = {}
     for s, end, rec in pieces:
@@ -244,21 +276,21 @@ def _check_read(st: _State, col: Collector, t: int, p: Placement, k: int, e: ev.
             continue
         found.setdefault((kind, writer), []).append((s, end, wseq))
     for (kind, writer), ranges in found.items():
-        _report_access(st, col, kind, t, p, writer, ranges, e, compute_id, lw)
+        _report_access(st, col, kind, t, p, writer, ranges, e, step, lw)
 
 
 def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Placement, writer: int,
-                   ranges: list[tuple[int, int, int]], e: ev.Event, compute_id: int, lw: int | None) -> None:
+                   ranges: list[tuple[int, int, int]], e: ev.Event, step: int, lw: int | None) -> None:
     model = st.model
     key = (kind, t, writer, p.buffer_id)
-    if col.bump(key, e.seq, compute_id):
+    if col.bump(key, e.seq, step):
         return
     merged = _merge([(s, end) for s, end, _ in ranges])
     wseq = max(r[2] for r in ranges)
 
     def make() -> Hazard:
         verb = "READ"
-        access, index = _access_text(model, e, verb)
+        access, index = _access_text(st, e, verb)
         other = None
         other_loc = None
         if writer >= 0:
@@ -274,29 +306,29 @@ def _report_access(st: _State, col: Collector, kind: HazardKind, t: int, p: Plac
                     f"{qlabel(model, t)} was written at {since}")
         return Hazard(kind, e.seq, tensor_ref(model, t, p), other, p.buffer_id, tuple(merged), access=access,
                       access_loc=e.loc, other_seq=wseq if writer >= 0 else -1, other_loc=other_loc, detail=what,
-                      compute_id=compute_id, node_index=index)
+                      compute_id=max(step, -1), node_index=index)
 
-    col.add(key, make, compute_id)
+    col.add(key, make, step)
 
 
-def _dangling(st: _State, col: Collector, t: int, p: Placement, e: ev.Event, verb: str, compute_id: int) -> None:
+def _dangling(st: _State, col: Collector, t: int, p: Placement, e: ev.Event, verb: str, step: int) -> None:
     model = st.model
     key = (HazardKind.DANGLING, t, -1, p.buffer_id)
-    if col.bump(key, e.seq, compute_id):
+    if col.bump(key, e.seq, step):
         return
     freed_seq = st.freed[p.buffer_id]
 
     def make() -> Hazard:
-        access, index = _access_text(model, e, verb.upper())
+        access, index = _access_text(st, e, verb.upper())
         buf = model.buffers.get(p.buffer_id)
         cause = buf.free_cause if buf is not None and buf.free_cause else "no cause given"
         return Hazard(HazardKind.DANGLING, e.seq, tensor_ref(model, t, p), None, p.buffer_id,
                       ((p.offset, p.offset + p.nbytes),), access=access, access_loc=e.loc, other_seq=freed_seq,
                       other_loc=model.event_at(freed_seq).loc,
                       detail=f"buffer #{p.buffer_id} was freed at seq {freed_seq} ({cause}); the tensor still points "
-                             "into it", compute_id=compute_id, node_index=index)
+                             "into it", compute_id=max(step, -1), node_index=index)
 
-    col.add(key, make, compute_id)
+    col.add(key, make, step)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

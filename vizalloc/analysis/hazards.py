@@ -1,24 +1,22 @@
 """Hazards: what went wrong with the bytes, found from the model of a trace.
 
-The kinds and their definitions are architecture.md's "Hazards" table:
+Each kind has one definition, ``DEFINITIONS`` below: every report states it, and the
+README's hazards table says the same words (``tests/analysis/test_definitions.py``
+holds them equal).
+Where they are found:
 
-* ``stale-overlap`` — at a binding, a stale root's bytes overlap another root of the
-  graph and both are live in that graph (ggml's ``both_live`` rule, ``liveness.py``);
-* ``use-after-reuse`` — a node (or a copy) reads tensor T, but T's bytes were last
-  written by a tensor of another memory root since T was written (the per-byte-range
-  last-writer map of ``dynamic.py``); at a binding, two freshly planned roots that share
-  bytes while both live are reported as a *predicted* use-after-reuse when no compute
-  of that binding shows it;
-* ``dangling`` — a tensor is read, written or kept in a bound graph while its buffer is freed
-  (its accesses are still tracked: vizalloc keeps freed bytes reachable, as a quarantine does);
-* ``uninitialized-read`` — a graph-allocated tensor is read before anything wrote its bytes;
-* ``clobbered-output`` — the user reads (``tensor_get``) a tensor whose bytes were
-  overwritten after it was computed;
-* ``plan-mismatch`` — a binding applied a plan made for a graph whose node (or leaf) at
-  some position had another name, op, type, flags or sources (``static.graph_signature``;
-  a shape change alone is ggml's intended reserve-the-largest-graph use and is not reported);
-* ``replan`` — every re-plan with its cause (not the first plan); a re-plan before
-  (nearly) every binding of an allocator is reported once more as churn.
+* ``stale-overlap`` — at bindings (``static.py``), with ggml's ``both_live`` rule
+  (``liveness.py``);
+* ``use-after-reuse`` — from the per-byte-range last-writer map of the computes
+  (``dynamic.py``); at a binding, two freshly planned roots that share bytes while both
+  live are reported as a *predicted* use-after-reuse when no compute of it shows it;
+* ``dangling`` — reads and writes (``dynamic.py``) and roots kept by a binding
+  (``static.py``); accesses are still tracked: vizalloc keeps freed bytes reachable, as a
+  quarantine does;
+* ``uninitialized-read``, ``clobbered-output`` — ``dynamic.py``;
+* ``plan-mismatch`` — ``static.graph_signature`` per position, ``plan-overflow`` — the
+  leaf entries of a reused plan, ``replan`` — the ``Replan`` events (``static.py``);
+* ``replay-mismatch`` — the ``ReplayMismatch`` events of a captured process (``static.py``).
 
 Equal findings (same kind, tensors and buffer) are merged into one ``Hazard`` whose
 ``occurrences`` counts them and whose ``steps`` names the bindings or computes.
@@ -42,6 +40,10 @@ from vizalloc.trace import events as ev
 #: at most this many step ids are kept per merged hazard (``occurrences`` stays exact)
 MAX_STEPS = 32
 
+#: the step id of an occurrence that belongs to the compute that comes next (a host access
+#: that prepares it); ``Collector.settle`` replaces it once that compute begins
+NEXT_STEP = -3
+
 
 class HazardKind(str, enum.Enum):
     """The kinds of hazard (values as the CLI and JSON write them)."""
@@ -52,10 +54,48 @@ class HazardKind(str, enum.Enum):
     UNINITIALIZED_READ = "uninitialized-read"
     CLOBBERED_OUTPUT = "clobbered-output"
     PLAN_MISMATCH = "plan-mismatch"
+    PLAN_OVERFLOW = "plan-overflow"
+    REPLAY_MISMATCH = "replay-mismatch"
     REPLAN = "replan"
 
 
 _KIND_ORDER = {k: i for i, k in enumerate(HazardKind)}
+
+#: what each kind means: one definition, stated in every report and in the README's table
+DEFINITIONS: dict[HazardKind, str] = {
+    HazardKind.STALE_OVERLAP:
+        "at a binding, two memory roots of the bound graph share bytes while both are live in it (one is "
+        "written while the other still has a reader to come), and at least one of them keeps a stale "
+        "placement from an earlier binding (its allocator has re-planned, been reset or freed its buffer "
+        "since), whose bytes the new plan never saw; the other is placed by this binding, or is stale too "
+        "(an earlier plan packed both for a graph in which their lives did not meet) — the seed bug",
+    HazardKind.USE_AFTER_REUSE:
+        "a node (or a copy) reads a tensor whose bytes were last written by a tensor of another memory root "
+        "since it was written (found from the byte-range last-writer map during compute, or predicted at a "
+        "binding from two freshly placed roots that share bytes while both live)",
+    HazardKind.DANGLING:
+        "a tensor is read, written or kept in a bound graph while its buffer has been freed (or replaced by "
+        "a larger one)",
+    HazardKind.UNINITIALIZED_READ:
+        "a node reads bytes of a graph-allocated tensor that nothing wrote since the tensor was placed",
+    HazardKind.CLOBBERED_OUTPUT:
+        "the user reads (tensor_get) a tensor whose bytes another tensor overwrote after it was written",
+    HazardKind.PLAN_MISMATCH:
+        "a binding applied a plan made for another graph whose node or leaf at some position has another "
+        "op, type, flags or source positions (names and shapes do not count: ggml checks sizes only); the "
+        "report lists every position that differs",
+    HazardKind.PLAN_OVERFLOW:
+        "a binding placed a tensor at its plan entry's offset although it is larger than the entry: ggml "
+        "re-validates node and source entries only, so a leaf that no node consumes can outgrow its entry, "
+        "and its extra bytes overlap the tensors the plan put after it, whether or not anyone reads them",
+    HazardKind.REPLAY_MISMATCH:
+        "in a trace captured from a real ggml process, vizalloc's replay of one of its allocator calls "
+        "disagreed with what the process did (a tensor's buffer or offset, a buffer's size, the call's "
+        "result); the report names both values and the ggml version, and the trace keeps the real ones",
+    HazardKind.REPLAN:
+        "every re-plan with its cause (not the first plan); a re-plan before (nearly) every binding of one "
+        "allocator is reported once more as churn",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +230,7 @@ def tensor_ref(model: TraceModel, tensor_id: int, placement: Placement | None = 
         return base
     return TensorRef(
         base.tensor_id, base.name, base.dtype, base.ne, base.op, base.created_loc, placement.buffer_id,
-        placement.offset, placement.nbytes, placement.by.value if isinstance(placement.by, ev.PlacedBy)
-        else str(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
+        placement.offset, placement.nbytes, ev.enum_text(placement.by), placement.seq, placement.loc, placement.binding_id, placement.stale_reason,
     )
 
 
@@ -202,6 +241,8 @@ class Collector:
     found: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     #: findings seen so far, repeats included (tells a caller whether a check found anything)
     n_findings: int = 0
+    #: keys with an occurrence waiting for its step (``NEXT_STEP``) -> whether it is the first
+    waiting: dict[tuple[Any, ...], bool] = field(default_factory=dict)
 
     def seen(self, key: tuple[Any, ...]) -> bool:
         return key in self.found
@@ -214,15 +255,29 @@ class Collector:
         self.n_findings += 1
         entry["occurrences"] += 1
         entry["last_seq"] = max(entry["last_seq"], seq)
-        steps = entry["steps"]
-        if step >= 0 and len(steps) < MAX_STEPS and (not steps or steps[-1] != step):
-            steps.append(step)
+        if step == NEXT_STEP:
+            self.waiting.setdefault(key, False)
+        else:
+            _add_step(entry["steps"], step)
         return True
 
     def add(self, key: tuple[Any, ...], make: Callable[[], Hazard], step: int) -> None:
         h = make()
         self.n_findings += 1
         self.found[key] = {"hazard": h, "occurrences": 1, "last_seq": h.seq, "steps": [step] if step >= 0 else []}
+        if step == NEXT_STEP:
+            self.waiting[key] = True
+
+    def settle(self, compute_id: int) -> None:
+        """The compute the waiting occurrences belong to has begun (-1: none came): give them
+        its id as their step, and as the hazard's ``compute_id`` where it was the first."""
+        if compute_id >= 0:
+            for key, first in self.waiting.items():
+                entry = self.found[key]
+                _add_step(entry["steps"], compute_id)
+                if first:
+                    entry["hazard"] = replace(entry["hazard"], compute_id=compute_id)
+        self.waiting.clear()
 
     def hazards(self) -> list[Hazard]:
         out = []
@@ -233,19 +288,25 @@ class Collector:
         return out
 
 
+def _add_step(steps: list[int], step: int) -> None:
+    if step >= 0 and len(steps) < MAX_STEPS and (not steps or steps[-1] != step):
+        steps.append(step)
+
+
 def find_hazards(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> list[Hazard]:
     """Every hazard in the trace, sorted by first step, kind, tensor ids and buffer.
 
     ``progress(done, total)`` is called now and then during the byte-map pass (events done).
     """
     from vizalloc.analysis.dynamic import scan_accesses
-    from vizalloc.analysis.static import check_bindings, check_replans
+    from vizalloc.analysis.static import check_bindings, check_replans, check_replay
 
     col = Collector()
     with gc_paused():
         scan_accesses(model, col, progress=progress)
         check_bindings(model, col)
         check_replans(model, col)
+        check_replay(model, col)
     hazards = col.hazards()
     hazards.sort(key=Hazard.sort_key)
     return hazards

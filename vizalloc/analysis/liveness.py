@@ -13,7 +13,9 @@ that ggml reports as ``both_live`` is exactly a pair ``both_live`` says yes to h
 
 One addition for several backends (no golden case has them): an input copy the scheduler
 made for a split is written by its ``TensorCopy`` when the split starts, so as a node of
-the graph it is written at its own index, not at -1.
+the graph it is written at its own index, not at -1; the input it copies is read there
+(the scheduler puts a view of the input, with the input as its source, just before the
+copy: ggml's planner counts it as a consumer, so the input's bytes stay until then).
 
 ``a = [first write, last read]``; two roots are both live when
 ``max(first writes) < min(last reads)``: a write at the node that does the other's last
@@ -80,6 +82,13 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
             r = info.root
             if r not in first:
                 first[r] = i
+            for s in info.srcs:
+                if s >= 0:
+                    last[root_of(s)] = i
+        elif info.op == "NONE" and t not in copies and any(s >= 0 for s in info.srcs):
+            # the scheduler's dependency on a split input (a view of it with the input as
+            # source, just before the copy): the copy reads the input here, and ggml's
+            # planner keeps the input until then
             for s in info.srcs:
                 if s >= 0:
                     last[root_of(s)] = i

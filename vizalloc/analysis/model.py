@@ -435,6 +435,10 @@ class TraceModel:
     contexts: dict[int, ev.ContextCreated] = field(default_factory=dict)
     #: tensors the scheduler made to hold an input copy for a split (``SchedCopy.copy_id``)
     input_copies: set[int] = field(default_factory=set)
+    #: the real process this trace was captured from (``vizalloc.capture``), if any
+    captured: list[ev.ProcessCaptured] = field(default_factory=list)
+    #: where vizalloc's replay of a captured process disagreed with it
+    replay_mismatches: list[ev.ReplayMismatch] = field(default_factory=list)
     _seq_index: dict[int, int] | None = None
     _map_index: dict[int, Any] | None = None
 

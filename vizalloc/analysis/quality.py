@@ -207,11 +207,32 @@ def arenas(plan: PlanInfo, blocks: list[Block]) -> list[list[int]]:
     return groups
 
 
+def lower_bound(blocks: Iterable[Block]) -> tuple[int, int | None]:
+    """The lower bound of a plan's blocks (all of a slot's, or one chunk's): the most bytes
+    they need at once over the planner's own lifetimes, sizes as the planner padded them,
+    and the first step where. This is the one definition every view shows (the summary per
+    plan, the layout diagram and the TUI per buffer)."""
+    return peak_live((b.start, b.end, b.nbytes) for b in blocks)
+
+
+def buffer_lower_bound(model: TraceModel, plan_id: int, slot: int, chunk: int) -> int | None:
+    """:func:`lower_bound` of the blocks a plan put in one buffer (its ``slot``, with the slots
+    sharing that allocator, and ``chunk``); None when the plan has no such slot."""
+    plan = model.plans.get(plan_id)
+    if plan is None or slot < 0:
+        return None
+    blocks, _ = plan_blocks(model, plan)
+    group = next((g for g in arenas(plan, blocks) if slot in g), None)
+    if group is None:
+        return None
+    return lower_bound(b for b in blocks if b.slot in group and b.chunk == chunk)[0]
+
+
 def _slot_quality(model: TraceModel, plan: PlanInfo, group: list[int], blocks: list[Block],
                   n_steps: int) -> SlotQuality:
     slot = group[0]
     mine = [b for b in blocks if b.slot in group]
-    peak, at = peak_live((b.start, b.end, b.nbytes) for b in mine)
+    peak, at = lower_bound(mine)
     peak_step = at if at is not None else 0
     at_peak = tuple(sorted((b for b in mine if b.start <= peak_step < b.end), key=lambda b: (-b.nbytes, b.offset)))
     # fragmentation at the peak: holes below the highest live byte (per chunk)

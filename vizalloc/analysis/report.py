@@ -1,7 +1,7 @@
 """Hazard reports in the sanitizers' layout (AddressSanitizer, CUDA Stream Sanitizer):
 a header with the kind and the tensor, the bad access and its source line, the
 conflicting tensor and when it wrote, the byte ranges, where both tensors were created
-and placed, and a one-line SUMMARY.
+and placed, the kind's definition (``hazards.DEFINITIONS``) and a one-line SUMMARY.
 
     >>> from vizalloc.analysis.hazards import Hazard, HazardKind
     >>> print(format_report(Hazard(HazardKind.REPLAN, 7, access="galloc #0 planned again: n_nodes",
@@ -12,6 +12,8 @@ and placed, and a one-line SUMMARY.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from vizalloc.analysis.hazards import DEFINITIONS
 
 if TYPE_CHECKING:
     from vizalloc.analysis.hazards import Hazard
@@ -47,17 +49,18 @@ def format_report(h: Hazard) -> str:
         if kind == "plan-mismatch":
             lines.append(f"the plan's entry was made for {h.other.label}, planned at seq {h.other_seq}")
         else:
-            verb = "placed" if kind in ("stale-overlap", "use-after-reuse") and h.binding_id >= 0 else "written"
+            verb = ("placed" if kind in ("stale-overlap", "use-after-reuse", "plan-overflow") and h.binding_id >= 0
+                    else "written")
             lines.append(f"conflicting tensor {h.other.label}, {verb} at seq {h.other_seq}")
         lines.append(f"    at {_loc(h.other_loc)}")
     elif h.other_seq >= 0 and h.other_loc is not None:
         lines.append(f"    (seq {h.other_seq} at {_loc(h.other_loc)})")
-    if h.tensor is not None or h.other is not None:
-        lines.append("")
+    lines.append("")
     if h.tensor is not None:
         lines.extend(h.tensor.describe())
     if h.other is not None:
         lines.extend(h.other.describe())
+    lines.append(f"{kind}: {DEFINITIONS[h.kind]}")
     steps = ""
     if h.occurrences > 1:
         where = ", ".join(f"#{s}" for s in h.steps)

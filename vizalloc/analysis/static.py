@@ -20,7 +20,7 @@ from typing import Any
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis import rects as rects_mod
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, TensorRef, qlabel, tensor_ref
 from vizalloc.analysis.model import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TraceModel
 from vizalloc.trace import events as ev
 
@@ -78,10 +78,8 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
     lo, hi = max(px.offset, py.offset), min(px.end, py.end)
     if x_stale or y_stale:
         kind = HazardKind.STALE_OVERLAP
-        stale = px if x_stale else py
-        detail = (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id}, "
-                  f"made stale when its allocator was {stale.stale_reason} (seq {stale.stale_seq}); "
-                  f"live ranges in graph #{b.graph_id}: {qlabel(model, x[2])} {_span(sx)}, "
+        detail = (f"{_stale_text(model, b, px, py, x_stale, y_stale)}; both are live in graph #{b.graph_id} "
+                  f"(first write, last read by node index): {qlabel(model, x[2])} {_span(sx)}, "
                   f"{qlabel(model, y[2])} {_span(sy)}")
     else:
         kind = HazardKind.USE_AFTER_REUSE
@@ -100,6 +98,29 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
     ), b.binding_id)
 
 
+def _stale_text(model: TraceModel, b: BindingInfo, px: Placement, py: Placement, x_stale: bool,
+                y_stale: bool) -> str:
+    """How a stale-overlap pair came to share bytes: one stale placement under a new one, or
+    two stale ones an earlier plan packed together."""
+    def why(p: Placement, whose: str = "its") -> str:
+        return f"stale since {whose} allocator was {p.stale_reason} at seq {p.stale_seq}"
+
+    x, y = qlabel(model, px.tensor_id), qlabel(model, py.tensor_id)
+    if x_stale and y_stale:
+        if px.binding_id == py.binding_id:
+            return (f"{x} and {y} both keep their placements from binding #{px.binding_id}, whose plan packed "
+                    f"them together (their lives did not meet in that graph), {why(px, 'their')}")
+        return (f"{x} keeps its placement from binding #{px.binding_id} ({why(px)}), {y} its placement from "
+                f"binding #{py.binding_id} ({why(py)})")
+    stale, fresh = (px, py) if x_stale else (py, px)
+    by = (f"was placed over it by this binding (#{b.binding_id}), whose plan never saw its bytes"
+          if fresh.binding_id == b.binding_id else
+          f"is placed there by {ev.enum_text(fresh.by)}"
+          + (f" binding #{fresh.binding_id}" if fresh.binding_id >= 0 else ""))
+    return (f"{qlabel(model, stale.tensor_id)} keeps its placement from binding #{stale.binding_id} "
+            f"({why(stale)}); {qlabel(model, fresh.tensor_id)} {by}")
+
+
 def _span(s: liveness.Span) -> str:
     last = "-" if s[1] is None else str(s[1])
     return f"[{s[0]}, {last}]"
@@ -113,12 +134,13 @@ _OUTSIDE = -1  # a source that is neither a node nor a leaf of the graph
 def graph_signature(model: TraceModel, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Per-position signatures of a graph's nodes and leafs.
 
-    A signature is what a plan entry depends on besides the size: name, op, type, flags,
-    and where the view source and the sources sit in the graph (node ``i`` is ``i``, leaf
+    A signature is what a plan entry depends on besides the size: op, type, flags, and
+    where the view source and the sources sit in the graph (node ``i`` is ``i``, leaf
     ``j`` is ``-2 - j``, outside the graph ``-1``). Shapes are left out on purpose: a plan
     reserved for the largest batch and applied to a smaller graph of the same structure
     is ggml's intended use (the liveness is the same and every size fits), so only a
-    change of structure is a mismatch.
+    change of structure is a mismatch. Names are left out too: ggml never looks at them,
+    and a graph rebuilt with other names is planned exactly alike.
     """
     nodes, leafs = graph.nodes, graph.leafs
     pos = {t: -2 - j for j, t in enumerate(leafs)}
@@ -152,7 +174,7 @@ def _signatures(model: TraceModel, pos: dict[int, int], ts: list[int]) -> tuple[
             where = (get(s0, _OUTSIDE) if s0 >= 0 else None, get(s1, _OUTSIDE) if s1 >= 0 else None)
         else:
             where = tuple([get(s, _OUTSIDE) if s >= 0 else None for s in srcs])
-        append((info.name, info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None, where))
+        append((info.op, info.dtype, info.flags & 15, get(vs, _OUTSIDE) if vs >= 0 else None, where))
     return tuple(out)
 
 
@@ -179,6 +201,7 @@ def check_bindings(model: TraceModel, col: Collector) -> None:
             continue
         sig = graph_signature(model, b.graph)
         _check_plan_match(model, b, col, sig, sigs)
+        _check_leaf_entries(model, b, col)
         key = _layout_key(model, b, sig)
         if key is not None and key in clean:
             continue
@@ -194,7 +217,7 @@ def _layout_key(model: TraceModel, b: BindingInfo, sig: tuple[Any, ...]) -> Any:
     assert b.graph is not None
     # roots reached only as a source from outside the graph make the signature ambiguous
     for s in sig[0]:
-        if len(s) > 5 and _OUTSIDE in s[5]:
+        if len(s) > 4 and _OUTSIDE in s[4]:
             return None
     seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
     tget = model.tensors.get
@@ -234,34 +257,137 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tu
     psig = sigs.of_plan(plan.plan_id, pg)
     if psig == sig:
         return
-    diffs: list[tuple[str, int, int, int]] = []
+    # every position that differs: (what, position, plan's tensor, graph's tensor, what changed)
+    diffs: list[tuple[str, int, int, int, str]] = []
     for what, a, c, sa, sc in (("node", p_nodes, b_nodes, psig[0], sig[0]), ("leaf", p_leafs, b_leafs, psig[1],
                                                                               sig[1])):
         for i in range(min(len(a), len(c))):
             if sa[i] != sc[i]:
-                diffs.append((what, i, a[i], c[i]))
+                diffs.append((what, i, a[i], c[i], _sig_change(sa[i], sc[i])))
         if len(a) != len(c):
-            diffs.append((what + " count", min(len(a), len(c)), -1, -1))
+            diffs.append((what + " count", min(len(a), len(c)), -1, -1, ""))
     if not diffs:
         return
-    what, pos, was, now = diffs[0]
+    what, pos, was, now, _ = diffs[0]
     key = (HazardKind.PLAN_MISMATCH, now, was, b.galloc_id)
     if col.bump(key, b.begin_seq, b.binding_id):
         return
-    if now < 0:
-        detail = (f"plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
-                  f"the graph {len(b_nodes)} / {len(b_leafs)}")
-    else:
-        detail = (f"{what} {pos}: the plan was made for {_sig_text(model, was)}, the graph has {_sig_text(model, now)}"
-                  f" ({len(diffs)} position(s) differ); the size-only check let the old offsets through")
-    col.add(key, lambda: Hazard(
-        HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
-        if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
-        access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
-               f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
-        access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail=detail, binding_id=b.binding_id,
-        node_index=pos,
-    ), b.binding_id)
+
+    def make() -> Hazard:
+        lines = [f"{len(diffs)} position(s) differ; the size-only check let the old offsets through:"]
+        for w, i, p_t, b_t, change in diffs:
+            if p_t < 0:
+                lines.append(f"  {w}: plan #{plan.plan_id} has {len(p_nodes)} nodes / {len(p_leafs)} leafs, "
+                             f"the graph {len(b_nodes)} / {len(b_leafs)}")
+            else:
+                lines.append(f"  {w} {i}: the plan was made for {_sig_text(model, p_t)}, "
+                             f"the graph has {_sig_text(model, b_t)} ({change})")
+        return Hazard(
+            HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
+            if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
+            access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
+                   f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
+            access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail="\n".join(lines),
+            binding_id=b.binding_id, node_index=pos)
+
+    col.add(key, make, b.binding_id)
+
+
+def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> None:
+    """A reused plan's leaf entries against the leafs bound through them.
+
+    ggml's re-validation (``ggml_gallocr_needs_realloc``) compares the node and source
+    entries with the tensors now at those positions, but never a leaf entry: a leaf that
+    no node consumes and that is larger than the plan's leaf at its position is bound at
+    that entry's offset, and its extra bytes cover whatever the plan put after it.
+    """
+    plan = model.plans.get(b.plan_id)
+    if plan is None or plan.graph is None or b.graph is None:
+        return
+    p_leafs, b_leafs = plan.graph.leafs, b.graph.leafs
+    if p_leafs == b_leafs:
+        return
+    tget = model.tensors.get
+    seq = b.end_seq if b.end_seq != NEVER else b.begin_seq
+    for j, (was, now) in enumerate(zip(p_leafs, b_leafs)):
+        if was == now:
+            continue
+        w_info, n_info = tget(was), tget(now)
+        if w_info is None or n_info is None or n_info.is_view or n_info.nbytes <= w_info.nbytes:
+            continue
+        p = model.placement_at(now, seq)
+        if p is None or p.binding_id != b.binding_id or p.by != ev.PlacedBy.GALLOCR:
+            continue  # not bound through the entry (it had data already)
+        entry_end = p.offset + w_info.nbytes
+        covered = _covered(model, b, p, entry_end, seq)
+        if not covered:
+            continue  # the extra bytes fall on nothing the graph uses
+        key = (HazardKind.PLAN_OVERFLOW, b.galloc_id, plan.plan_id, j)
+        if col.bump(key, b.begin_seq, b.binding_id):
+            continue
+        col.add(key, lambda j=j, was=was, now=now, w_info=w_info, p=p, entry_end=entry_end, covered=covered: Hazard(
+            HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
+                                                                                      covered[0][1]),
+            p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
+            access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
+                   f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
+                   f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
+            access_loc=b.loc, other_seq=covered[0][1].seq, other_loc=covered[0][1].loc,
+            detail=f"{p.end - entry_end} bytes past the entry, [{entry_end}, {p.end}), cover "
+                   + ", ".join(f"{qlabel(model, t)} [{q.offset}, {q.end})" for t, q in covered)
+                   + "; no re-validation looked at the leaf entry, so nothing re-planned",
+            binding_id=b.binding_id, node_index=j), b.binding_id)
+
+
+def _covered(model: TraceModel, b: BindingInfo, p: Placement, start: int, seq: int) -> list[tuple[int, Placement]]:
+    """Roots of the bound graph (other than ``p``'s) whose bytes meet ``[start, p.end)`` of its buffer."""
+    assert b.graph is not None
+    out = []
+    seen = {p.tensor_id}
+    for t in (*b.graph.leafs, *b.graph.nodes):
+        info = model.tensors.get(t)
+        r = info.root if info is not None else t
+        if r in seen:
+            continue
+        seen.add(r)
+        q = model.placement_at(r, seq)
+        if q is not None and q.buffer_id == p.buffer_id and q.offset < p.end and start < q.end and q.nbytes > 0:
+            out.append((r, q))
+    out.sort(key=lambda x: (x[1].offset, x[0]))
+    return out
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, z in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], z))
+        else:
+            out.append((a, z))
+    return out
+
+
+def _sig_change(was: tuple[Any, ...], now: tuple[Any, ...]) -> str:
+    """What differs between two position signatures (``_signatures``' tuples), in words."""
+    if len(was) != len(now) or len(was) < 5:
+        return "another tensor"
+    out = []
+    for field_name, a, c in zip(("op", "type", "flags", "view source", "sources"), was, now):
+        if a != c:
+            out.append(f"{field_name} {_where(a) if field_name in ('view source', 'sources') else a} -> "
+                       f"{_where(c) if field_name in ('view source', 'sources') else c}")
+    return "; ".join(out)
+
+
+def _where(pos: Any) -> str:
+    """A source position of ``_signatures`` as words: node i, leaf j, outside, none."""
+    if isinstance(pos, tuple):
+        return "(" + ", ".join(_where(p) for p in pos) + ")"
+    if pos is None:
+        return "none"
+    if pos == _OUTSIDE:
+        return "outside"
+    return f"node {pos}" if pos >= 0 else f"leaf {-2 - pos}"
 
 
 def _sig_text(model: TraceModel, t: int) -> str:
@@ -274,6 +400,24 @@ def _sig_text(model: TraceModel, t: int) -> str:
 
 # -- re-plans --------------------------------------------------------------------------------
 
+#: what the churn report advises for graphs that share tensors, by fix strategy name
+#: (``vizalloc.scenarios.shared_tensors``); each one is proven in that loop by
+#: ``tests/analysis/test_churn_advice.py``, as is that the advice left out does not help
+CHURN_FIXES: dict[str, str] = {
+    "dup": "bind a deep copy of the graph each time (what ggml-opt's dup_graph makes)",
+    "clear": "clear the shared tensors' data and buffer pointers after each reset",
+    "static": "keep the shared tensors in a static buffer allocated once",
+}
+
+#: the churn report's text
+CHURN_ADVICE = (
+    "a re-plan before (nearly) every alloc_graph: planning cost on every step, and every tensor placed by the "
+    "previous binding goes stale. Where the graphs share tensors, each new plan is made over the stale ones' "
+    "bytes; what makes that safe: " + "; or ".join(CHURN_FIXES.values()) + ". One allocator per graph, a "
+    "fresh allocator per alloc_graph or reserving the largest graph once do not: the shared tensors keep "
+    "the bytes a plan for another graph gave them"
+)
+
 def check_replans(model: TraceModel, col: Collector) -> None:
     per_galloc: dict[int, int] = {}
     first_plan: dict[int, int] = {}
@@ -284,7 +428,7 @@ def check_replans(model: TraceModel, col: Collector) -> None:
         # the first plan of an allocator is no re-plan, whatever asked for it (a reserve, say)
         if r.cause == "first" or r.seq < first_plan.get(r.galloc_id, -1):
             continue
-        cause = r.cause.value if isinstance(r.cause, ev.ReplanCause) else str(r.cause)
+        cause = ev.enum_text(r.cause)
         per_galloc[r.galloc_id] = per_galloc.get(r.galloc_id, 0) + 1
         key = (HazardKind.REPLAN, r.galloc_id, cause)
         if col.bump(key, r.seq, -1):
@@ -301,7 +445,25 @@ def check_replans(model: TraceModel, col: Collector) -> None:
             key = (HazardKind.REPLAN, galloc, "churn")
             col.add(key, lambda first=first, n=n_replans, nb=len(bindings), g=galloc: Hazard(
                 HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
-                access_loc=first.loc, cause="churn",
-                detail="a re-plan before (nearly) every alloc_graph: planning cost on every step, and every "
-                       "tensor placed by the previous binding goes stale; reserve the largest graph once, or "
-                       "use one allocator per graph"), -1)
+                access_loc=first.loc, cause="churn", detail=CHURN_ADVICE), -1)
+
+
+def check_replay(model: TraceModel, col: Collector) -> None:
+    """``replay-mismatch``: every difference between a captured process and vizalloc's replay
+    of it (``ReplayMismatch`` events), one hazard per kind of difference, call and tensor."""
+    for e in model.replay_mismatches:
+        key = (HazardKind.REPLAY_MISMATCH, e.what, e.call, e.tensor_id)
+        if col.bump(key, e.seq, -1):
+            continue
+        tensor = tensor_ref(model, e.tensor_id, None) if e.tensor_id in model.tensors else None
+        what = {"offset": "placed", "buffer_size": "sized a buffer", "result": "returned",
+                "buffers": "made buffers"}.get(e.what, e.what)
+        detail = (f"ggml {e.ggml_version}'s {e.call} {what}: {e.observed}; vizalloc's replay: {e.replayed}. "
+                  "The trace keeps what the process did; report this difference (with the ggml version) as a "
+                  "vizalloc bug, or a ggml whose allocator rules vizalloc does not model yet")
+
+        def make(e: ev.ReplayMismatch = e, tensor: TensorRef | None = tensor, detail: str = detail) -> Hazard:
+            return Hazard(HazardKind.REPLAY_MISMATCH, e.seq, tensor, access=f"{e.call} ({e.what})",
+                          access_loc=e.loc, detail=detail, cause=e.what)
+
+        col.add(key, make, -1)

@@ -6,14 +6,16 @@ Modules are imported only when their command runs, so ``vizalloc --help`` stays 
 and a missing optional dependency only affects the command that needs it.
 
 Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences),
-2 bad input or usage, 130 interrupted.
+2 bad input or usage, 3 an internal error (a bug in vizalloc: the traceback is
+printed; never 1, which a CI job would read as findings), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import importlib
+import os
+import re
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -21,10 +23,13 @@ from collections.abc import Sequence
 from vizalloc.errors import VizallocError
 from vizalloc.text import inert_lines
 
+#: The exit code of an exception that is not a ``VizallocError``: a bug in vizalloc.
+INTERNAL_ERROR = 3
+
 #: subcommand -> (module, one-line help). The order is the order ``--help`` shows.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("vizalloc.cli.demo", "run the shared-tensor training loop with and without a fix and compare"),
-    "run": ("vizalloc.cli.run", "trace a Python script into a trace file (like memray run)"),
+    "run": ("vizalloc.cli.run", "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"),
     "check": ("vizalloc.cli.check", "report hazards in a trace; exit 1 if any (for CI)"),
     "summary": ("vizalloc.cli.summary", "tables of graphs, plans, buffers, peaks and hazards"),
     "diff": ("vizalloc.cli.diff", "compare two traces or two plans"),
@@ -65,11 +70,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_text)
             continue
         module = importlib.import_module(COMMANDS[name][0])
-        p = sub.add_parser(name, help=help_text, description=getattr(module, "__doc__", None) or help_text,
+        p = sub.add_parser(name, help=help_text, description=plain_help(getattr(module, "__doc__", None) or help_text),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser
+
+
+def plain_help(doc: str) -> str:
+    """A command module's docstring as ``--help`` shows it: reST literals without their
+    double backticks (an option or a file name bare, a phrase in single backticks).
+
+        >>> plain_help("``--shadow`` replays, like ``memray run``")
+        '--shadow replays, like `memray run`'
+    """
+    return re.sub(r"``([^`]+)``", lambda m: m.group(1) if " " not in m.group(1) else f"`{m.group(1)}`", doc)
 
 
 def _version() -> str:
@@ -103,6 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception:  # a bug, not the input: say so, and never exit 1 ("findings")
+        import traceback
+
+        traceback.print_exc()
+        print(f"vizalloc {args.command}: internal error: this is a bug in vizalloc, not in the input; please "
+              "report it with the traceback above", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 def run_main() -> None:

@@ -76,15 +76,34 @@ def parse_kinds(text: str) -> set[Any]:
 
 @contextmanager
 def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr when it is a terminal; None (no progress) otherwise."""
+    """A rich progress bar on stderr when it is a terminal; None (no progress) otherwise.
+
+    The total is unknown until the first update (the bar pulses meanwhile), so the count
+    column must render a task whose ``total`` is None.
+    """
     if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.text import Text
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+    class CountColumn(ProgressColumn):
+        """``done/total`` with thousands separators; only ``done`` while the total is unknown."""
+
+        def render(self, task: Task) -> Text:
+            done = f"{int(task.completed):,}"
+            return Text(done if task.total is None else f"{done}/{int(task.total):,}")
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), CountColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
         task = prog.add_task(label, total=None)
 
         def update(done: int, total: int) -> None:
@@ -93,12 +112,12 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
-def load_model(path: str, label: str = "") -> Any:
+def load_model(path: str, label: str = "", command: str = "check") -> Any:
     """Load a trace file and build its model (with progress on a terminal)."""
     from vizalloc.analysis.model import build_model
-    from vizalloc.trace.api import load
+    from vizalloc.cli.inputs import load_trace
 
-    trace = load(path)
+    trace = load_trace(path, command)
     with progress_bar(f"model {label or path}") as progress:
         return build_model(trace, progress=progress)
 

@@ -6,6 +6,7 @@
     vizalloc demo --out-dir /tmp/traces -f          # overwrite earlier traces
     vizalloc demo --no-trace
     vizalloc demo --driver opt --presize            # through ggml-opt's OptContext
+    vizalloc demo --capture-values -f               # traces that `vizalloc check --shadow` can replay
 
 The forward and backward graphs of a small MLP share tensor objects. After each scheduler
 reset those tensors keep stale data pointers, the graph allocator treats them as external
@@ -13,9 +14,12 @@ memory, and the next plan puts new tensors on their bytes. Each strategy trains 
 same parameters on the same batches; beside it a reference run computes every step on a
 brand-new scheduler, so the divergence printed is measured, not assumed.
 
-With tracing available, each strategy's loop is written to ``demo-<strategy>.vztrace`` in
-``--out-dir`` (existing files are kept unless ``-f``); open one with ``vizalloc tui`` or
-check it with ``vizalloc check``.
+With tracing available, each strategy's loop is written to demo-<strategy>.vztrace in
+--out-dir (existing files are kept unless -f); open one with `vizalloc tui` or check it
+with `vizalloc check` (with --capture-values, `vizalloc check --shadow` replays it).
+
+Exit codes: 0 when the strategies ran (a CORRUPTED verdict is the demo's result, not an
+error); 2 for bad options, or when a trace file already exists without -f.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the traces demo-<strategy>.vztrace go (default: the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite existing trace files")
     parser.add_argument("--no-trace", action="store_true", help="do not write traces")
+    parser.add_argument("--capture-values", action="store_true",
+                        help="also record graph inputs and outputs at every compute, so that "
+                             "`vizalloc check TRACE --shadow` can replay the computes and show the first wrong node")
     # --tui (added by the TUI engineer): browse a trace after the run
     parser.add_argument("--tui", action="store_true",
                         help="open the first strategy's trace in `vizalloc tui` after the run")
@@ -84,14 +91,18 @@ def _trace_api() -> Any | None:
 
 
 def _trace_paths(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
+    from vizalloc.files import check_new
+
     out_dir = args.out_dir
     if not os.path.isdir(out_dir):
         raise UsageError(f"--out-dir {out_dir!r} is not a directory; create it first")
     paths = {n: os.path.join(out_dir, f"demo-{n}.vztrace") for n in names}
-    existing = [p for p in paths.values() if os.path.exists(p)]
+    existing = [p for p in paths.values() if os.path.lexists(p)]
     if existing and not args.force:
         raise UsageError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
                          "pass -f to overwrite or choose another --out-dir")
+    for p in paths.values():  # a directory or a special file in the way
+        check_new(p, overwrite=args.force, flag="-f", other="choose another --out-dir")
     return paths
 
 
@@ -132,8 +143,10 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         around = None
         if name in paths:
-            path = paths[name]
-            around = (lambda p=path: api.trace(p))  # noqa: E731
+            assert api is not None, "trace paths without the trace API"
+            open_trace = api.trace
+            around = (lambda p=paths[name], t=open_trace: t(p, capture_values=args.capture_values,  # noqa: E731
+                                                             overwrite=args.force))
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)

@@ -1,5 +1,7 @@
 """vizalloc diff: compare two traces: plans (buffer sizes, tensors whose offset or size
-changed, matched by name and position), hazards added or removed, peak buffer bytes.
+changed), hazards added or removed, peak buffer bytes. Tensor ids differ between runs,
+so tensors are matched by name: the n-th tensor of a name that a plan places in A with
+the n-th of that name in B ("x (2nd of that name)" when a name repeats).
 
     vizalloc diff before.vztrace after.vztrace
     vizalloc diff before.vztrace after.vztrace --json
@@ -16,6 +18,7 @@ import sys
 from typing import Any
 
 from vizalloc.cli.check import analyse, load_model
+from vizalloc.cli.console import stdout_console
 
 HELP = "compare two traces or two plans"
 
@@ -37,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tensor rows shown per plan in text mode (default: 20)")
 
 
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def to_dict(d: Any) -> dict[str, Any]:
     return {
         "plans": [{"plan_a": p.plan_a, "plan_b": p.plan_b, "bytes_a": list(p.bytes_a), "bytes_b": list(p.bytes_b),
@@ -54,28 +63,34 @@ def to_dict(d: Any) -> dict[str, Any]:
 
 
 def _render(d: Any, max_tensors: int) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from vizalloc.text import inert
 
-    console = Console(highlight=False)
+    console = stdout_console()
     delta = d.peak_buffer_bytes_b - d.peak_buffer_bytes_a
     console.print(Text(f"peak buffer bytes: {d.peak_buffer_bytes_a:,} -> {d.peak_buffer_bytes_b:,} ({delta:+,})"))
+    if any(not p.is_empty for p in d.plans):
+        console.print(Text("plans: A and B say where each plan put a tensor, as slot:offset+bytes; tensors are "
+                           "matched by name (the n-th of a name in A with the n-th in B)", style="dim"))
     for p in d.plans:
         if p.is_empty:
             continue
         t = Table(title=f"plan #{p.plan_a} vs #{p.plan_b}: {sum(p.bytes_a):,} -> {sum(p.bytes_b):,} bytes "
-                        f"({p.size_delta:+,})")
-        for col in ("tensor", "k", "change", "A slot:offset+bytes", "B slot:offset+bytes"):
+                        f"({p.size_delta:+,})",
+)
+        for col in ("tensor", "change", "A slot:offset+bytes", "B slot:offset+bytes"):
             t.add_column(col, justify="left" if col in ("tensor", "change") else "right")
+        repeated = {c.name for c in p.tensors if c.position > 0}
         for c in p.tensors[:max_tensors]:
             side_a = "" if c.offset_a < 0 else f"{c.slot_a}:{c.offset_a:,}+{c.nbytes_a:,}"
             side_b = "" if c.offset_b < 0 else f"{c.slot_b}:{c.offset_b:,}+{c.nbytes_b:,}"
-            t.add_row(Text(inert(c.name, NAME_CHARS)), str(c.position), c.status, side_a, side_b)
+            name = inert(c.name, NAME_CHARS) + (f" ({_ordinal(c.position + 1)} of that name)"
+                                                if c.name in repeated else "")
+            t.add_row(Text(name), c.status, side_a, side_b)
         if len(p.tensors) > max_tensors:
-            t.add_row(f"... {len(p.tensors) - max_tensors} more", "", "", "", "")
+            t.add_row(f"... {len(p.tensors) - max_tensors} more (--max-tensors N)", "", "", "")
         console.print(t)
     if d.unmatched_plans_a or d.unmatched_plans_b:
         console.print(Text(f"plans only in A: {list(d.unmatched_plans_a)}; only in B: {list(d.unmatched_plans_b)}"))
@@ -98,8 +113,8 @@ def execute(args: argparse.Namespace) -> int:
     from vizalloc.analysis.diff import TraceDiff, diff_models, diff_plans
     from vizalloc.errors import UsageError
 
-    a = load_model(args.a, "A")
-    b = load_model(args.b, "B")
+    a = load_model(args.a, "A", command="diff")
+    b = load_model(args.b, "B", command="diff")
     if args.plans:
         pa, pb = args.plans
         for model, pid, which in ((a, pa, args.a), (b, pb, args.b)):

@@ -10,8 +10,10 @@ or MiniMalloc CSV from a trace file.
 The output goes next to the trace as ``<trace stem><ending>`` (``.dot``, ``.svg``,
 ``.layout.svg``, ``.perfetto.json``, ``.report.json``, ``.minimalloc.csv``) unless ``-o``
 names it; an existing file is only replaced with ``-f``. Diagrams show the first
-binding with a finding (else the last binding) unless ``--binding``/``--graph`` say
-otherwise. Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
+binding with a finding, else the most informative one (the most scheduler splits, then
+the most bytes placed), unless ``--binding``/``--graph`` say otherwise; the picture and
+stderr say which was drawn and why. ``--offsets`` adds the recorded offsets to the
+MiniMalloc CSV (a solution file). Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
 instead, says how to install Graphviz, and exits 0. MiniMalloc writes one file per
 slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
 """
@@ -19,7 +21,6 @@ slot/chunk of the plan when there are several (``.s0c1.minimalloc.csv``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -66,32 +67,24 @@ def _with_part(path: Path, part: str) -> Path:
 
 
 def _check_free(path: Path, force: bool) -> None:
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists; pass -f to overwrite it, or -o to write somewhere else")
-    if path.exists() and path.is_dir():
-        raise UsageError(f"{path} is a directory; pass -o FILE")
+    from vizalloc.files import check_new
+
+    check_new(path, overwrite=force, flag="-f", other="use -o to write somewhere else")
 
 
-def _write(path: Path, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+def _write(path: Path, text: str, force: bool) -> None:
+    from vizalloc.files import create_new
+
+    with create_new(path, overwrite=force, text=True, flag="-f", other="use -o to write somewhere else") as f:
+        try:
             f.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _load(path: str):  # type: ignore[no-untyped-def]
-    from vizalloc.trace.api import load
-
-    if not os.path.exists(path):
-        raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py`")
-    if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory, not a trace file")
-    return load(path)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def execute(args: argparse.Namespace) -> int:
-    from vizalloc.export.api import Analysed, Format, Options, export_texts
+    from vizalloc.cli.inputs import load_trace
+    from vizalloc.export.api import Analysed, Format, Options, chosen, export_texts
     from vizalloc.export.dot import INSTALL_HINT, find_dot
 
     if args.max_nodes < 0:
@@ -112,11 +105,18 @@ def execute(args: argparse.Namespace) -> int:
     if not to_stdout and fmt is not Format.MINIMALLOC:
         _check_free(target, args.force)
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace, "export")
     analysed = Analysed.of(trace)
     options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
                       offsets=args.offsets, header=getattr(trace, "header", None))
     texts = export_texts(analysed, fmt, options)
+    sel = chosen(analysed, fmt, options)
+    if sel is not None:
+        hint = "" if args.binding is not None or args.graph is not None else \
+            "; draw another with --binding N or --graph N (see `vizalloc summary`)"
+        what = f"plan #{sel.plan_id} of {sel.title}" if fmt is Format.MINIMALLOC else sel.title
+        print(f"vizalloc export: {'wrote' if fmt is Format.MINIMALLOC else 'drew'} {what}: {sel.reason}{hint}",
+              file=sys.stderr)
 
     if to_stdout:
         sys.stdout.write("\n".join(texts.values()))
@@ -125,7 +125,7 @@ def execute(args: argparse.Namespace) -> int:
         for path in paths.values():
             _check_free(path, args.force)
         for part, text in texts.items():
-            _write(paths[part], text)
+            _write(paths[part], text, args.force)
             print(f"wrote {paths[part]}", file=sys.stderr)
     if svg_fallback:
         print(f"vizalloc export: warning: the Graphviz `dot` program was not found, so the diagram was written "

@@ -1,18 +1,29 @@
-"""vizalloc run: trace a whole Python script into a trace file (like ``memray run``).
+"""vizalloc run: trace a whole program into a trace file (like memray run).
 
     vizalloc run train.py --epochs 2              # -> vizalloc-train.<pid>.vztrace
     vizalloc run -o train.vztrace -f train.py     # a chosen name, overwritten if it exists
     vizalloc run --capture-values --check train.py
+    vizalloc run -- ./llama-cli -m model.gguf -n 8    # a real ggml program (Linux)
+    vizalloc run -- python uses_ggml_python.py        # Python driving the real ggml
 
-The script runs as ``__main__`` with ``sys.argv = [script, args...]``; options for
+A script written against vizalloc's own runtime is run in this process. A program after
+-- is any process that loads ggml as a shared library (C/C++, or Python through
+ggml-python or xllamacpp), run unmodified with vizalloc's capture library preloaded: every
+graph it plans is replayed through vizalloc's allocators and every offset compared with
+what the real allocator did (differences are reported by check and summary). Its
+stdin, stdout and stderr are its own; vizalloc's messages go to stderr.
+
+The script runs as __main__ with sys.argv = [script, args...]; options for
 vizalloc go before the script's name. Everything the vizalloc runtime does while it
 runs is recorded. The trace file is complete even when the script raises (the
-traceback is printed and the exit code is 1) or calls ``sys.exit`` (its code is kept).
+traceback is printed and the exit code is 1) or calls sys.exit (its code is kept).
 vizalloc's own messages go to stderr, so the script's stdout stays its own.
 
-Exit codes: the script's own (0 when it ends normally, 1 on an exception); with
-``--check``, 1 when the script succeeded but the trace has hazards (re-plans aside);
-2 when the output exists without ``-f`` or the script cannot be found.
+Exit codes: the script's or program's own (0 when it ends normally, 1 on a Python
+exception, 128+N when a program is killed by signal N); with --check, 1 when it
+succeeded but the trace has hazards (re-plans aside); 2 when the output exists without
+-f, the script or program cannot be found, or tracing a real program is not possible
+here (no C compiler, not Linux).
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import shutil
 import sys
 import traceback
 from typing import Any
@@ -27,10 +39,13 @@ from typing import Any
 from vizalloc.errors import UsageError
 from vizalloc.text import inert_lines
 
-HELP = "trace a Python script into a trace file (like memray run)"
+HELP = "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # the script's own options come after its name; a prefix of one of ours ("--c") must
+    # reach the script, not be read as --check or --capture-values
+    parser.allow_abbrev = False
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="the trace file (default: vizalloc-<script>.<pid>.vztrace in the current directory)")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
@@ -39,8 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
     # --tui (added by the TUI engineer): browse the trace after the run
     parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
-    parser.add_argument("script", metavar="script.py", help="the Python script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py [ARGS] | -- PROGRAM [ARGS]",
+                        help="a Python script on vizalloc's runtime and its arguments, or after -- a real ggml "
+                             "program and its arguments")
 
 
 def default_output(script: str, pid: int | None = None) -> str:
@@ -78,18 +94,78 @@ def run_script(script: str, argv: list[str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        return _run_program(args, command[1:])
+    if not command:
+        raise UsageError("name what to trace: vizalloc run [-o FILE] [-f] [--capture-values] [--check] [--tui] "
+                         "script.py [its arguments] for a script on vizalloc's runtime (e.g. `vizalloc run -o "
+                         "train.vztrace train.py --epochs 2`), or vizalloc run [-o FILE] [-f] -- PROGRAM [ARGS] for a "
+                         "real ggml program (e.g. `vizalloc run -- ./llama-cli -m model.gguf`); `vizalloc demo` shows "
+                         "a traced example")
+    script, args.args = command[0], command[1:]
+    if not os.path.isfile(script):
+        hint = ""
+        if not script.endswith(".py") and shutil.which(script):
+            hint = f"; to trace the program {script!r}, put it after --: vizalloc run -- {' '.join(command)}"
+        raise UsageError(f"no script at {script!r}; give the path of a Python file to run{hint}")
+    return _run_script(args, script)
+
+
+def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
+    """A real ggml process, captured from outside (``vizalloc.capture``)."""
+    from vizalloc.capture import trace_program
+    from vizalloc.files import check_new
+    from vizalloc.trace.stats import format_nbytes
+
+    if args.capture_values:
+        raise UsageError("--capture-values records tensor contents through vizalloc's runtime; a real program's "
+                         "values are not captured")
+    if args.output:
+        check_new(args.output, overwrite=args.force, flag="-f", other="use -o to choose another name")
+    err = sys.stderr
+    traced = trace_program(argv, args.output, force=args.force)
+    finished = traced.finished
+    how = (f"killed by signal {finished.signal}" if finished.signal is not None else f"exit code {finished.exit_code}")
+    err.write(f"vizalloc run: {argv[0]} ended ({how})\n")
+    code = finished.exit_code
+    for path, result in traced.traces:
+        err.write(f"  pid {result.pid}: {path}\n")
+        for lib in result.libraries:
+            err.write(f"    ggml {lib.version} from {lib.path}\n")
+        if result.saw_ggml and result.libraries:
+            err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
+                      f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
+            for name, size in result.compute_buffers:
+                err.write(f"    {name} compute buffer: {size:,} bytes ({format_nbytes(size)})\n")
+        for note in result.notes:
+            err.write(f"    note: {note}\n")
+        if result.cut_at is not None:
+            err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
+    if traced.traces:
+        first = traced.traces[0][0]
+        err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {first}\n" for cmd in ("summary", "check", "tui")))
+    if args.check:
+        found = any(_check(str(path), err) for path, _ in traced.traces)
+        if code == 0 and found:
+            code = 1
+    if getattr(args, "tui", False) and traced.traces:
+        from vizalloc.cli.tui import open_tui
+
+        open_tui(str(traced.traces[0][0]))
+    return code
+
+
+def _run_script(args: argparse.Namespace, script: str) -> int:
+    from vizalloc.files import check_new
     from vizalloc.trace.api import read_batches, trace
     from vizalloc.trace.stats import format_nbytes, trace_stats
 
-    script = args.script
-    if not os.path.isfile(script):
-        raise UsageError(f"no script at {script!r}; give the path of a Python file to run")
     output = args.output or default_output(script)
-    if os.path.exists(output) and not args.force:
-        raise UsageError(f"the trace file {output} already exists; pass -f to overwrite it or -o to choose another")
+    check_new(output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
 
-    session = trace(output, capture_values=args.capture_values, keep_events=False)
+    session = trace(output, overwrite=args.force, capture_values=args.capture_values, keep_events=False)
     with session:
         code = run_script(script, list(args.args))
 

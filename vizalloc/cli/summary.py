@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from vizalloc.cli.check import analyse, counts, load_model
+from vizalloc.cli.console import stdout_console
 
 HELP = "tables of graphs, plans, buffers, peaks and hazards"
 
@@ -31,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="blocks shown per plan peak (default: 5)")
 
 
-#: Longest name (tensor, buffer type, backend, context) shown in a table cell.
-NAME_CHARS = 60
+#: Longest text from the trace (a name, a cause) shown in a table cell: real ones are far
+#: shorter and never cut; a hostile 10,000-character name is.
+NAME_CHARS = 300
 
 
 def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
@@ -40,6 +44,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
     from vizalloc.analysis.diff import peak_buffer_bytes
     from vizalloc.analysis.model import NEVER
     from vizalloc.analysis.quality import plan_quality
+    from vizalloc.trace import events as ev
 
     quality = {q.plan_id: q for q in plan_quality(model)}
     plans = []
@@ -52,8 +57,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
                              "nbytes": blk.nbytes})
         plans.append({
             "plan_id": p.plan_id, "galloc_id": p.galloc_id, "graph_id": p.graph_id, "n_nodes": p.n_nodes,
-            "n_leafs": p.n_leafs, "causes": [r.cause.value if hasattr(r.cause, "value") else str(r.cause)
-                                             for r in p.replans],
+            "n_leafs": p.n_leafs, "causes": [ev.enum_text(r.cause) for r in p.replans],
             "plan_bytes": q.plan_bytes, "lower_bound_bytes": q.lower_bound_bytes, "greedy_bytes": q.greedy_bytes,
             "fragmentation_bytes": sum(s.fragmentation_bytes for s in q.slots),
             "padding_bytes": sum(s.padding_bytes for s in q.slots), "live_at_peak": peak,
@@ -75,8 +79,46 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
     }
 
 
+def fold_ids(ids: list[int], most: int = 6) -> str:
+    """Ids as a short text: runs with one step folded (``0-3``, ``2-22 step 4``), the rest
+    listed; more than ``most`` parts are cut in the middle, with the count.
+
+        >>> fold_ids([2, 6, 10, 14, 18]), fold_ids([0, 1, 2, 3, 7]), fold_ids([5])
+        ('2-18 step 4', '0-3, 7', '5')
+        >>> fold_ids([1, 2, 4, 5, 7, 8, 10, 11, 13, 14])
+        '1, 2, 4, ... 14 (10 in all)'
+    """
+    ids = sorted(set(ids))
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i + 1
+        if j < len(ids):
+            step = ids[j] - ids[i]
+            while j + 1 < len(ids) and ids[j + 1] - ids[j] == step:
+                j += 1
+            if j - i >= 2:   # three or more in one step
+                parts.append(f"{ids[i]}-{ids[j]}" + ("" if step == 1 else f" step {step}"))
+                i = j + 1
+                continue
+        parts.append(str(ids[i]))
+        i += 1
+    if len(parts) > most:
+        return ", ".join(parts[:3]) + f", ... {parts[-1]} ({len(ids)} in all)"
+    return ", ".join(parts)
+
+
+def _groups(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> list[list[dict[str, Any]]]:
+    """Rows with equal ``key``, in the order of each group's first row."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    return list(groups.values())
+
+
 def _render(data: dict[str, Any]) -> None:
-    from rich.console import Console
+    """The tables; rows that only differ by their ids are folded into one (a loop repeats
+    the same graphs, plans and buffers at every step)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -86,50 +128,74 @@ def _render(data: dict[str, Any]) -> None:
         # names are data from the traced program: inert, cut, never parsed as markup
         return Text(inert(text, NAME_CHARS))
 
-    console = Console(highlight=False)
+    console = stdout_console()   # into a file or a pipe: as wide as the tables need, nothing cut
     console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
                        f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
                        f"peak buffer bytes {data['peak_buffer_bytes']:,}"))
 
-    t = Table(title="graphs")
-    for col in ("graph", "kind", "nodes", "leafs", "copied from"):
-        t.add_column(col, justify="right" if col != "kind" else "left")
-    for g in data["graphs"]:
-        t.add_row(str(g["graph_id"]), cell(g["kind"]), str(g["nodes"]), str(g["leafs"]),
-                  "" if g["source_graph"] < 0 else str(g["source_graph"]))
+    t = Table(title="graphs (equal ones folded)", title_justify="left")
+    for col in ("graphs", "kind", "nodes", "leafs", "copied from"):
+        t.add_column(col, justify="left" if col in ("graphs", "kind", "copied from") else "right")
+    for group in _groups(data["graphs"], lambda g: (g["kind"], g["nodes"], g["leafs"], g["source_graph"] >= 0)):
+        g = group[0]
+        sources = [x["source_graph"] for x in group if x["source_graph"] >= 0]
+        t.add_row(fold_ids([x["graph_id"] for x in group]), cell(g["kind"]), str(g["nodes"]), str(g["leafs"]),
+                  fold_ids(sources))
     console.print(t)
 
-    t = Table(title="plans and their quality")
-    for col in ("plan", "galloc", "graph", "nodes", "cause", "bytes", "lower bound", "greedy", "frag", "padding"):
-        t.add_column(col, justify="left" if col == "cause" else "right")
-    for p in data["plans"]:
+    def plan_key(p: dict[str, Any]) -> tuple[Any, ...]:
+        return (p["n_nodes"], tuple(p["causes"]), p["plan_bytes"], p["lower_bound_bytes"], p["greedy_bytes"],
+                p["fragmentation_bytes"], p["padding_bytes"])
+
+    t = Table(title="plans and their quality (equal ones folded; bytes vs the lower bound)", title_justify="left")
+    for col in ("plans", "gallocs", "graphs", "nodes", "cause", "bytes", "lower bound", "greedy", "frag",
+                "padding"):
+        t.add_column(col, justify="left" if col in ("plans", "gallocs", "graphs", "cause") else "right")
+    for group in _groups(data["plans"], plan_key):
+        p = group[0]
         ratio = f" ({p['plan_bytes'] / p['lower_bound_bytes']:.2f}x)" if p["lower_bound_bytes"] else ""
-        t.add_row(str(p["plan_id"]), str(p["galloc_id"]), str(p["graph_id"]), str(p["n_nodes"]),
-                  cell(",".join(p["causes"])), f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}",
-                  f"{p['greedy_bytes']:,}", f"{p['fragmentation_bytes']:,}", f"{p['padding_bytes']:,}")
+        t.add_row(fold_ids([x["plan_id"] for x in group]), fold_ids([x["galloc_id"] for x in group]),
+                  fold_ids([x["graph_id"] for x in group]), str(p["n_nodes"]), cell(",".join(p["causes"])),
+                  f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}", f"{p['greedy_bytes']:,}",
+                  f"{p['fragmentation_bytes']:,}", f"{p['padding_bytes']:,}")
     console.print(t)
 
-    if any(p["live_at_peak"] for p in data["plans"]):
-        t = Table(title="live at each plan's peak (largest blocks; in-place takeovers counted once)")
-        for col in ("plan", "slot", "offset", "bytes", "tensors"):
-            t.add_column(col, justify="left" if col == "tensors" else "right")
-        for p in data["plans"]:
-            for blk in p["live_at_peak"]:
-                t.add_row(str(p["plan_id"]), str(blk["slot"]), f"{blk['offset']:,}", f"{blk['nbytes']:,}",
+    with_peak = [p for p in data["plans"] if p["live_at_peak"]]
+    if with_peak:
+        t = Table(title="live at each plan's peak (largest blocks; in-place takeovers counted once; plans with "
+                        "the same blocks folded)", title_justify="left")
+        for col in ("plans", "slot", "offset", "bytes", "tensors"):
+            t.add_column(col, justify="left" if col in ("plans", "tensors") else "right")
+        for group in _groups(with_peak, lambda p: tuple((b["slot"], b["offset"], b["nbytes"], tuple(b["tensors"]))
+                                                        for b in p["live_at_peak"])):
+            ids = fold_ids([x["plan_id"] for x in group])
+            for k, blk in enumerate(group[0]["live_at_peak"]):
+                t.add_row(ids if k == 0 else "", str(blk["slot"]), f"{blk['offset']:,}", f"{blk['nbytes']:,}",
                           Text(" <- ".join(inert(n, NAME_CHARS) for n in blk["tensors"])))
         console.print(t)
 
-    t = Table(title="buffers")
-    for col in ("buffer", "backend", "type", "usage", "bytes", "pool/slot/chunk", "allocated", "freed", "placements"):
-        t.add_column(col, justify="right" if col in ("buffer", "bytes", "allocated", "freed", "placements") else "left")
-    for b in data["buffers"]:
-        pool = "" if b["pool_id"] < 0 else f"{b['pool_id']}/{b['slot']}/{b['chunk']}"
-        freed = "" if b["freed_seq"] is None else f"{b['freed_seq']} {b['free_cause']}".strip()
-        t.add_row(str(b["buffer_id"]), cell(b["backend"]), cell(b["buft"]), cell(b["usage"]), f"{b['nbytes']:,}",
-                  pool, str(b["allocated_seq"]), cell(freed), str(b["placements"]))
+    t = Table(title="buffers (equal ones folded)", title_justify="left")
+    for col in ("buffers", "backend", "type", "usage", "bytes", "gallocs", "slot/chunk", "freed", "placements"):
+        t.add_column(col, justify="right" if col in ("bytes", "placements") else "left")
+    for group in _groups(data["buffers"], lambda b: (b["backend"], b["buft"], b["usage"], b["nbytes"],
+                                                     b["pool_id"] >= 0, b["slot"], b["chunk"],
+                                                     b["freed_seq"] is not None, _free_kind(b["free_cause"]))):
+        b = group[0]
+        pooled = b["pool_id"] >= 0
+        freed = [x for x in group if x["freed_seq"] is not None]
+        when = ""
+        if len(freed) == 1:
+            when = f"at {freed[0]['freed_seq']}: {freed[0]['free_cause']}"
+        elif freed:
+            when = f"{len(freed)}x, first at {freed[0]['freed_seq']}: {freed[0]['free_cause']}"
+        places = sorted({x["placements"] for x in group})
+        t.add_row(fold_ids([x["buffer_id"] for x in group]), cell(b["backend"]), cell(b["buft"]), cell(b["usage"]),
+                  f"{b['nbytes']:,}", fold_ids([x["pool_id"] for x in group]) if pooled else "",
+                  f"{b['slot']}/{b['chunk']}" if pooled else "", cell(when),
+                  str(places[0]) if len(places) == 1 else f"{places[0]}-{places[-1]}")
     console.print(t)
 
-    t = Table(title="hazards")
+    t = Table(title="hazards", title_justify="left")
     t.add_column("kind")
     t.add_column("count", justify="right")
     for kind, n in data["hazard_counts"].items():
@@ -137,8 +203,13 @@ def _render(data: dict[str, Any]) -> None:
     console.print(t)
 
 
+def _free_kind(cause: str) -> str:
+    """A free cause without its numbers (the same reason at every step folds into one row)."""
+    return re.sub(r"\d+", "N", cause)
+
+
 def execute(args: argparse.Namespace) -> int:
-    model = load_model(args.trace)
+    model = load_model(args.trace, command="summary")
     hazards = analyse(model)
     data = summarize(model, hazards, top=max(0, args.top))
     if args.json:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from vizalloc.cli.inputs import check_trace_path
 from vizalloc.errors import UsageError
 
 HELP = "browse a trace in the terminal"
@@ -33,26 +34,24 @@ def export_writer(directory: str | os.PathLike[str], stem: str) -> Callable[[str
     base = Path(directory)
 
     def write(suffix: str, text: str) -> str:
+        from vizalloc.files import create_new
+
         path = base / f"{stem}{suffix}"
         k = 1
-        while path.exists():
-            path = base / f"{stem}-{k}{suffix}"
-            k += 1
-        with open(path, "x", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        return str(path)
+        while True:
+            try:
+                f = create_new(path, text=True)
+            except UsageError:
+                if not os.path.lexists(path):
+                    raise
+                path = base / f"{stem}-{k}{suffix}"
+                k += 1
+                continue
+            with f:
+                f.write(text)
+            return str(path)
 
     return write
-
-
-def check_trace_path(path: str) -> None:
-    if not os.path.exists(path):
-        raise UsageError(f"no such trace file: {path}; record one with `vizalloc run -o {path} script.py` "
-                         "or `vizalloc demo`")
-    if os.path.isdir(path):
-        raise UsageError(f"{path} is a directory, not a trace file")
-    if not os.access(path, os.R_OK):
-        raise UsageError(f"cannot read {path}: permission denied")
 
 
 def open_tui(trace_path: str, export_dir: str | None = None) -> int:

@@ -123,6 +123,21 @@ def export_texts(trace: Any, fmt: Format | str, options: Options | None = None) 
     return {f"s{p.slot}c{p.chunk}": csv_text(p, offsets=opts.offsets) for p in problems}
 
 
+def chosen(trace: Any, fmt: Format | str, options: Options | None = None) -> Any:
+    """The :class:`~vizalloc.export.selection.Selection` a diagram or MiniMalloc export of
+    ``trace`` draws (its ``reason`` says why), or None for the formats about the whole trace."""
+    fmt = Format(fmt)
+    if fmt in (Format.PERFETTO, Format.JSON):
+        return None
+    opts = options or Options()
+    a = Analysed.of(trace)
+    if fmt in (Format.DOT, Format.SVG):
+        prefer = bindings_with(a.model, a.findings)
+    else:
+        prefer = bindings_with(a.model, [f for f in a.findings if f.tensor_id >= 0])
+    return select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=prefer)
+
+
 def export_text(trace: Any, fmt: Format | str, options: Options | None = None) -> str:
     """The export as one string (MiniMalloc problems joined by a blank line)."""
     return "\n".join(export_texts(trace, fmt, options).values())
@@ -133,4 +148,4 @@ def write_export(trace: Any, fmt: Format | str, out: TextIO, options: Options | 
     out.write(export_text(trace, fmt, options))
 
 
-__all__: Sequence[str] = ("Analysed", "Format", "Options", "export_text", "export_texts", "write_export")
+__all__: Sequence[str] = ("Analysed", "Format", "Options", "chosen", "export_text", "export_texts", "write_export")

@@ -31,7 +31,7 @@ from vizalloc.export.graph_model import (
     FLAG_INPUT, FLAG_LOSS, FLAG_OUTPUT, FLAG_PARAM, EdgeKind, GNode, GraphModel, Highlight, NodeRole,
     build_graph_model,
 )
-from vizalloc.export.units import fmt_bytes, fmt_range, fmt_shape
+from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape
 from vizalloc.text import inert
 
 #: Fill colours for buffers, in legend order (ColorBrewer Set3, light enough for black text).
@@ -134,9 +134,10 @@ def _node_attrs(n: GNode, fills: dict[int, str], borders: dict[str, str]) -> str
 NAME_IN_LINE = 24
 
 
-def _buffer_line(b: Any, freed: str) -> str:
-    return (f"buf #{b.buffer_id} {inert(b.backend, NAME_IN_LINE)} {inert(b.buft, NAME_IN_LINE)} "
-            f"{inert(b.usage, NAME_IN_LINE)} {fmt_bytes(b.nbytes)}{freed}")
+def _buffer_line(b: Any) -> str:
+    """The buffer's title with its names cut (a name can be kilobytes long)."""
+    return buffer_title(b.buffer_id, inert(b.backend, NAME_IN_LINE), inert(b.buft, NAME_IN_LINE),
+                        inert(b.usage, NAME_IN_LINE), b.nbytes)
 
 
 def _legend(model: GraphModel, fills: dict[int, str], borders: dict[str, str]) -> str:
@@ -144,7 +145,7 @@ def _legend(model: GraphModel, fills: dict[int, str], borders: dict[str, str]) -
     for b in model.buffers:
         freed = " (freed)" if b.freed else ""
         rows.append(f'<TR><TD BGCOLOR="{fills[b.buffer_id]}" WIDTH="18"> </TD><TD ALIGN="LEFT">'
-                    f"{dot_html(_buffer_line(b, freed), LINE_CHARS)}"
+                    f"{dot_html(_buffer_line(b) + freed, LINE_CHARS)}"
                     "</TD></TR>")
     for name, colour in borders.items():
         rows.append(f'<TR><TD><FONT COLOR="{colour}"><B>[ ]</B></FONT></TD><TD ALIGN="LEFT">border: backend '

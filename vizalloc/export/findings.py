@@ -44,7 +44,8 @@ def _reason(h: Any) -> str:
     if h.binding_id >= 0:
         parts.append(f"binding #{h.binding_id}")
     if h.compute_id >= 0:
-        parts.append(f"compute #{h.compute_id} node {h.node_index}")
+        # node -1: a host access (tensor_set, tensor_get, a copy) counted at that compute
+        parts.append(f"compute #{h.compute_id} " + (f"node {h.node_index}" if h.node_index >= 0 else "host access"))
     if getattr(h, "occurrences", 1) > 1:
         parts.append(f"{h.occurrences}x")
     if not parts:

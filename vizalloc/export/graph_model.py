@@ -233,7 +233,7 @@ def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding
         else:
             buffers.append(BufferKey(b, info_b.backend, info_b.buft, info_b.nbytes, info_b.usage,
                                      info_b.freed_seq <= cut))
-    notes = []
+    notes = [sel.note] if sel.note else []
     n_stale = sum(1 for n in nodes if n.stale)
     if n_stale:
         notes.append(f"{n_stale} stale tensor(s)")
@@ -302,7 +302,7 @@ def _node(model: TraceModel, tid: TensorId, role: NodeRole, cut: int, skipped: b
     stale = ""
     if p is not None:
         state = model.placement_state(p, cut)
-        origin = f"binding #{p.binding_id}" if p.binding_id >= 0 else p.by.value
+        origin = f"binding #{p.binding_id}" if p.binding_id >= 0 else ev.enum_text(p.by)
         if state is PlacementState.DANGLING:
             stale = f"dangling: buffer #{p.buffer_id} freed (placed by {origin})"
         elif state is PlacementState.STALE and skipped:
@@ -314,6 +314,6 @@ def _node(model: TraceModel, tid: TensorId, role: NodeRole, cut: int, skipped: b
         buffer_id=p.buffer_id if p is not None else -1,
         backend=buf.backend if buf is not None else "",
         offset=p.offset if p is not None else -1, nbytes=p.nbytes if p is not None else 0,
-        placed_by=p.by.value if p is not None else "", placed_binding=p.binding_id if p is not None else -1,
+        placed_by=ev.enum_text(p.by) if p is not None else "", placed_binding=p.binding_id if p is not None else -1,
         flags=info.flags if info is not None else 0, stale=stale, hazards=hazards, split=split,
     )

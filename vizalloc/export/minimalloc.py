@@ -13,7 +13,10 @@ an optimal packing:
   root's allocation to the last member's free: the solver must keep them together;
 * ``size`` is the padded size the planner used; one problem per (slot, chunk), since
   each chunk is its own byte array. ``offset`` (optional fifth column) is the
-  recorded solution, which MiniMalloc's checker accepts as a solution file.
+  recorded solution, which MiniMalloc's checker accepts as a solution file;
+* ``id`` is the root tensor's name and id (``grad_for_W1#22``), made inert for a CSV
+  field that MiniMalloc splits on commas without quoting (:func:`csv_id`). The file has
+  no room for a comment: ``vizalloc export`` says on stderr which plan it wrote.
 
     import io
     from vizalloc.analysis.model import build_model
@@ -25,12 +28,14 @@ an optimal packing:
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import TextIO
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.quality import peak_live
 from vizalloc.errors import UsageError
+from vizalloc.text import inert
 from vizalloc.trace import events as ev
 
 
@@ -80,6 +85,19 @@ class Problem:
         return bad
 
 
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_.()+\-]")
+
+
+def csv_id(name: str, tensor_id: int) -> str:
+    """A MiniMalloc buffer id for a tensor: its name (printable, at most 40 characters, every
+    character but letters, digits and ``_.()+-`` as ``_``) and its id, unique in the file.
+
+        >>> csv_id("grad for W1", 22), csv_id('a,b"\\n', 3), csv_id("", 7)
+        ('grad_for_W1#22', 'a_b__n#3', 't#7')
+    """
+    return f"{_UNSAFE_ID.sub('_', inert(name, 40)) or 't'}#{tensor_id}"
+
+
 def plan_problems(model: TraceModel, plan_id: int) -> list[Problem]:
     """The MiniMalloc problems of one plan, by (slot, chunk).
 
@@ -115,7 +133,9 @@ def plan_problems(model: TraceModel, plan_id: int) -> list[Problem]:
     end = time + 1
     by_region: dict[tuple[int, int], list[Row]] = {}
     for root, (lower, slot, chunk, offset, size) in start.items():
-        row = Row(f"t{root}", lower, upper.get(root, end), size, offset, root, tuple(members[root]))
+        info = model.tensors.get(root)
+        row = Row(csv_id(info.name if info is not None else "", root), lower, upper.get(root, end), size, offset,
+                  root, tuple(members[root]))
         by_region.setdefault((slot, chunk), []).append(row)
     problems = []
     for (slot, chunk), rows in sorted(by_region.items()):

@@ -153,7 +153,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
             name = _name(model, p.tensor_id)
             end_seq = min(p.end_seq, b.freed_seq)
             args = {"tensor_id": p.tensor_id, "buffer_id": p.buffer_id, "offset": p.offset, "nbytes": p.nbytes,
-                    "placed_by": p.by.value, "binding_id": p.binding_id, "view": is_view,
+                    "placed_by": ev.enum_text(p.by), "binding_id": p.binding_id, "view": is_view,
                     "stale_reason": p.stale_reason, "end_reason": p.end_reason or "end of trace"}
             ts_b = _us(t_of[p.seq], t0)
             ts_e = _us(t_of.get(end_seq, t_end), t0) if end_seq != NEVER else _us(t_end, t0)
@@ -205,7 +205,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
         out.append({"name": inert(mk.text, NAME_CHARS), "cat": "marker", "ph": "i", "s": "g",
                     "ts": _us(mk.t_ns, t0), "pid": COMPUTE_PID, "tid": 0, "args": {"seq": mk.seq}})
     for r in model.replans:
-        out.append({"name": f"replan: {r.cause.value}", "cat": "replan", "ph": "i", "s": "p",
+        out.append({"name": f"replan: {ev.enum_text(r.cause)}", "cat": "replan", "ph": "i", "s": "p",
                     "ts": _us(r.t_ns, t0), "pid": COMPUTE_PID, "tid": 0,
                     "args": {"galloc_id": r.galloc_id, "detail": inert(r.detail, 300)}})
 

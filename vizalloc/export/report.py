@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from vizalloc.analysis.model import NEVER, TraceModel
 from vizalloc.analysis.quality import plan_quality
 from vizalloc.export.minimalloc import plan_problems
+from vizalloc.trace.events import enum_text
 
 SCHEMA = "vizalloc.report/1"
 
@@ -62,13 +63,13 @@ def report_dict(model: TraceModel, hazards: Sequence[Any], *, header: Any = None
     by_kind = Counter(getattr(h.kind, "value", str(h.kind)) for h in hazards)
     plans = []
     for plan in sorted(model.plans.values(), key=lambda p: p.plan_id):
-        refused = Counter(getattr(d.reason, "value", str(d.reason)) for d in plan.refused)
+        refused = Counter(enum_text(d.reason) for d in plan.refused)
         plans.append({
             "plan_id": plan.plan_id, "galloc_id": plan.galloc_id, "graph_id": plan.graph_id,
             "n_nodes": plan.n_nodes, "n_leafs": plan.n_leafs, "begin_seq": plan.begin_seq,
             "end_seq": _seq(plan.end_seq),
             "chunk_nbytes": [list(c) for c in plan.chunk_sizes], "total_nbytes": plan.buffer_bytes,
-            "replans": [{"cause": r.cause.value, "detail": r.detail, "seq": r.seq} for r in plan.replans],
+            "replans": [{"cause": enum_text(r.cause), "detail": r.detail, "seq": r.seq} for r in plan.replans],
             "n_allocs": len(plan.allocs), "n_inplace": len(plan.inplace), "n_frees": len(plan.frees),
             "n_externals": len(plan.externals), "refused": dict(sorted(refused.items())),
             "quality": _quality(model, plan.plan_id),

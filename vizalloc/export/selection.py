@@ -3,7 +3,10 @@
 A graph is drawn *as bound*: right after a binding (``--binding N``), or after the
 latest binding of a graph (``--graph N``; for a graph the scheduler allocated, the
 scheduler's own graph with its copies), or at the end of the trace when it was never
-bound. Without either, the first binding with findings is chosen, else the last one.
+bound. Without either, the first binding with findings is chosen, else the most
+informative one (:func:`most_informative`: the most scheduler splits, then the most
+bytes placed, then the most nodes; the latest of equals). ``Selection.reason`` says
+which rule chose it, for the picture and the command line to say.
 
     >>> from vizalloc.analysis.model import build_model
     >>> from vizalloc.export.selection import select
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from vizalloc.analysis.model import NEVER, TraceModel
+from vizalloc.analysis.model import NEVER, BindingInfo, TraceModel
 from vizalloc.errors import UsageError
 
 
@@ -30,6 +33,13 @@ class Selection:
     plan_id: int
     galloc_id: int
     cut_seq: int           # the state right after this event is drawn
+    reason: str = ""       # why this one was drawn ("the first binding with a finding", ...)
+    choices: int = 0       # bindings in the trace
+
+    @property
+    def note(self) -> str:
+        """"drawn: <reason>" for the picture, when the trace had something else to draw."""
+        return f"drawn: {self.reason}" if self.reason and self.choices > 1 else ""
 
     @property
     def title(self) -> str:
@@ -64,10 +74,39 @@ def _sched_graph(model: TraceModel, graph_id: int) -> int:
     return found
 
 
-def _binding_selection(model: TraceModel, binding_id: int) -> Selection:
+def _binding_selection(model: TraceModel, binding_id: int, reason: str = "") -> Selection:
     b = model.bindings[binding_id]
     cut = b.end_seq if b.end_seq != NEVER else last_seq(model)
-    return Selection(b.graph_id, _user_graph(model, b.graph_id), b.binding_id, b.plan_id, b.galloc_id, cut)
+    return Selection(b.graph_id, _user_graph(model, b.graph_id), b.binding_id, b.plan_id, b.galloc_id, cut, reason,
+                     len(model.bindings))
+
+
+def n_splits(model: TraceModel, binding: BindingInfo) -> int:
+    """How many splits the scheduler cut the binding's graph into (0 without a scheduler):
+    the last run of ``SchedSplit`` events (split 0, 1, ...) of its graph before the binding."""
+    sched = model.scheds.get(binding.sched_id)
+    if sched is None:
+        return 0
+    user = _user_graph(model, binding.graph_id)
+    count = 0
+    for split in sched.splits:
+        if split.seq >= binding.begin_seq:
+            break
+        if split.graph_id == user:
+            count = 1 if split.split_index == 0 else count + 1
+    return count
+
+
+def most_informative(model: TraceModel) -> int:
+    """The binding a picture shows best when no finding points at one: the most scheduler
+    splits (a graph spread over several backends, with its copies), then the most bytes
+    placed, then the most nodes; the latest of equals."""
+    def score(b: BindingInfo) -> tuple[int, int, int, int]:
+        placed = sum(model.placements[i].nbytes for i in b.placements if 0 <= i < len(model.placements))
+        nodes = b.graph.n_nodes if b.graph is not None else 0
+        return (n_splits(model, b), placed, nodes, b.binding_id)
+
+    return max(model.bindings.values(), key=score).binding_id
 
 
 def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
@@ -88,7 +127,7 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
             known = ", ".join(str(k) for k in sorted(model.bindings)) or "none"
             raise UsageError(f"binding #{binding_id} is not in the trace (bindings: {known}); "
                              "see `vizalloc summary TRACE`")
-        return _binding_selection(model, binding_id)
+        return _binding_selection(model, binding_id, f"binding #{binding_id} as asked")
     if graph_id is not None:
         if graph_id not in model.graphs:
             known = ", ".join(str(k) for k in sorted(model.graphs)) or "none"
@@ -98,15 +137,23 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
         bound = [b for b in model.bindings.values() if b.graph_id == target]
         if bound:
             sel = _binding_selection(model, max(b.binding_id for b in bound))
-            return Selection(sel.graph_id, graph_id, sel.binding_id, sel.plan_id, sel.galloc_id, sel.cut_seq)
-        return Selection(graph_id, graph_id, -1, -1, -1, last_seq(model))
+            return Selection(sel.graph_id, graph_id, sel.binding_id, sel.plan_id, sel.galloc_id, sel.cut_seq,
+                             f"the latest binding of graph #{graph_id}", sel.choices)
+        return Selection(graph_id, graph_id, -1, -1, -1, last_seq(model), f"graph #{graph_id} as asked (never bound)",
+                         len(model.bindings))
     for bid in prefer:
         if bid in model.bindings:
-            return _binding_selection(model, bid)
+            return _binding_selection(model, bid, "the first binding with a finding")
+    if len(model.bindings) == 1:
+        return _binding_selection(model, next(iter(model.bindings)), "the only binding")
     if model.bindings:
-        return _binding_selection(model, max(model.bindings))
+        best = most_informative(model)
+        splits = n_splits(model, model.bindings[best])
+        why = (f"no finding; the binding with the most scheduler splits ({splits})" if splits > 1
+               else "no finding; the binding that placed the most bytes")
+        return _binding_selection(model, best, why)
     graphs = [g for g in model.graphs.values() if g.nodes or g.leafs]
     if not graphs:
         raise UsageError("the trace holds no graph to draw (no GraphExpanded event); trace a run that builds one")
     g = max(graphs, key=lambda x: (len(x.nodes), x.graph_id))
-    return Selection(g.graph_id, g.graph_id, -1, -1, -1, last_seq(model))
+    return Selection(g.graph_id, g.graph_id, -1, -1, -1, last_seq(model), "no binding; the largest graph")

@@ -6,6 +6,8 @@
     '[0, 256)'
     >>> fmt_shape(trimmed_shape((16, 8, 1, 1)))
     '[16, 8]'
+    >>> buffer_title(2, "CPU", "CPU", "compute", 4768)
+    'buffer #2 CPU compute 4.7 KiB'
 """
 
 from __future__ import annotations
@@ -40,3 +42,19 @@ def trimmed_shape(ne: Sequence[int]) -> tuple[int, ...]:
     while len(dims) > 1 and dims[-1] == 1:
         dims.pop()
     return tuple(dims)
+
+
+def buffer_title(buffer_id: int, backend: str | None, buft: str | None, usage: str | None, nbytes: int | None) -> str:
+    """How every view names a buffer: ``buffer #2 CPU compute 4.7 KiB``; the buffer type is
+    named only when it is not the backend's own (``buffer #0 CPU (CPU_Mapped) weights``).
+    Unknown parts are left out. The caller makes the result inert for its target."""
+    parts = [f"buffer #{buffer_id}"]
+    if backend:
+        parts.append(backend)
+    if buft and buft != backend:
+        parts.append(f"({buft})")
+    if usage:
+        parts.append(usage)
+    if nbytes is not None:
+        parts.append(fmt_bytes(nbytes))
+    return " ".join(parts)

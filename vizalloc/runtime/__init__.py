@@ -1,19 +1,28 @@
 """The graph runtime modelled on ggml: types, tensors, contexts, graphs, ops, buffers,
 allocators, backends, the scheduler and the optimizer.
 
+What a program needs is importable from here: ``Context``, ``Graph``, ``ops``,
+``GraphAllocator``, ``Scheduler``, ``CPUBackend``, ``alloc_ctx_tensors`` (place a
+context's tensors), ``tensor_set``/``tensor_get`` (``ggml_backend_tensor_set/get``),
+``graph_compute``, ``build_backward_expand``/``graph_get_grad`` and
+``graph_deep_copy`` (ggml-opt's deep ``dup_graph``; ``Graph.dup`` is ggml's shallow
+``ggml_graph_dup``). ``dup_graph`` still works, with a ``DeprecationWarning``.
+
 It knows nothing of analysis or views; its one outward edge is the recorder seam
 (``vizalloc.trace.recorder``).
 """
 
+from typing import Any
+
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage, set_strict
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F16, F32, I32, DType
-from vizalloc.runtime.graph import Graph, dup_graph
+from vizalloc.runtime.graph import Graph, graph_deep_copy
 from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp, set_input, set_loss, set_output, set_param
 
 __all__ = [
     "Buffer", "BufferType", "Context", "DType", "F16", "F32", "Flag", "Graph", "I32", "Op", "Tensor",
-    "UnaryOp", "Usage", "dup_graph", "set_input", "set_loss", "set_output", "set_param", "set_strict",
+    "UnaryOp", "Usage", "graph_deep_copy", "set_input", "set_loss", "set_output", "set_param", "set_strict",
 ]
 
 # op constructors and kernels (ops engineer): ``from vizalloc.runtime import ops, kernels``
@@ -38,3 +47,18 @@ __all__ += ["Scheduler"]
 from vizalloc.runtime.alloc import DynAllocator, GraphAllocator  # noqa: E402
 
 __all__ += ["DynAllocator", "GraphAllocator"]
+
+# what a program calls once its graph is built: place tensors, set inputs, compute, read
+from vizalloc.runtime.backends import CPUBackend, SimBackend, alloc_ctx_tensors, graph_compute  # noqa: E402
+from vizalloc.runtime.memory import tensor_get, tensor_set  # noqa: E402
+
+__all__ += ["CPUBackend", "SimBackend", "alloc_ctx_tensors", "graph_compute", "tensor_get", "tensor_set"]
+
+
+def __getattr__(name: str) -> Any:
+    """Deprecated names (``dup_graph``), with a warning saying what to use instead."""
+    from vizalloc.runtime import graph
+
+    if name in graph._DEPRECATED:
+        return graph.deprecated(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -81,6 +81,30 @@ def pad(x: int, alignment: int) -> int:
     return (x + alignment - 1) & ~(alignment - 1)
 
 
+class _NoBytes:
+    """The memory of a buffer that is only an address range (see ``VIRTUAL``)."""
+
+    __slots__ = ()
+
+    def fill(self, value: int) -> None:
+        pass
+
+
+class _VirtualDevice:
+    """An array module with no memory: buffers planned for a real process that vizalloc
+    replays (``vizalloc.capture``) may be gigabytes, and nothing computes in them."""
+
+    uint8 = None
+
+    @staticmethod
+    def zeros(n: int, dtype: Any = None) -> _NoBytes:
+        return _NoBytes()
+
+
+#: ``BufferType(..., device=VIRTUAL)``: buffers with addresses and sizes but no bytes.
+VIRTUAL: Any = _VirtualDevice()
+
+
 class Usage(str, enum.Enum):
     """What a buffer holds (``enum ggml_backend_buffer_usage``)."""
 

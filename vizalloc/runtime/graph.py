@@ -15,7 +15,9 @@ node. Repeated expands append to the same lists.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from vizalloc.errors import GraphError
 from vizalloc.runtime.context import Context
@@ -138,6 +140,14 @@ class Graph:
                 tuple(t.id for t in self.nodes[n0:]), tuple(t.id for t in self.leafs[l0:]),
             )
 
+    @classmethod
+    def of(cls, nodes: Sequence[Tensor], leafs: Sequence[Tensor], *, kind: str = "captured") -> Graph:
+        """A graph of exactly these nodes and leafs in this order: a graph built elsewhere
+        (captured from a real ggml process) rather than by expanding tensors here."""
+        g = cls(max(len(nodes), len(leafs), 1), _kind=kind)
+        g._extend(nodes, leafs)
+        return g
+
     # -- copies ---------------------------------------------------------------
     def dup(self, size: int | None = None) -> Graph:
         """``ggml_graph_dup``: a shallow copy; the new graph holds the *same* tensor objects."""
@@ -174,13 +184,16 @@ class Graph:
         return f"<Graph #{self.id} {len(self.nodes)} nodes {len(self.leafs)} leafs>"
 
 
-def dup_graph(ctx: Context, src: Graph) -> Graph:
-    """ggml-opt's ``dup_graph``: a *deep* copy made in ``ctx``.
+def graph_deep_copy(ctx: Context, src: Graph) -> Graph:
+    """A *deep* copy of ``src`` made in ``ctx``: ggml-opt's static ``dup_graph`` (ggml-opt.cpp).
 
-    Every tensor is copied once (memoized by identity) with its op, strides, flags,
-    op params, name, and also its ``data``, ``buffer`` and ``extra``: a copy of a
-    static tensor points at the same bytes, a copy of an unallocated one has none.
-    Gradient slots keep pointing at the original gradient tensors, as in ggml.
+    Not ``ggml_graph_dup`` (that is :meth:`Graph.dup`, a shallow copy holding the same
+    tensor objects, which keeps their stale placements). Every tensor is copied once
+    (memoized by identity) with its op, strides, flags, op params, name, and also its
+    ``data``, ``buffer`` and ``extra``: a copy of a static tensor points at the same
+    bytes, a copy of an unallocated one has none, so the copy's compute tensors are
+    planned afresh (the ``dup`` fix). Gradient slots keep pointing at the original
+    gradient tensors, as in ggml.
     """
     mapping: dict[int, Tensor] = {}
 
@@ -219,11 +232,11 @@ def dup_graph(ctx: Context, src: Graph) -> Graph:
     for leaf in src.leafs:
         dst.build_forward_expand(map_tensor(leaf))
     if dst.n_leafs != src.n_leafs:
-        raise GraphError(f"dup_graph: copy has {dst.n_leafs} leafs, source {src.n_leafs}")
+        raise GraphError(f"graph_deep_copy: copy has {dst.n_leafs} leafs, source {src.n_leafs}")
     for node in src.nodes:
         dst.build_forward_expand(map_tensor(node))
     if dst.n_nodes != src.n_nodes:
-        raise GraphError(f"dup_graph: copy has {dst.n_nodes} nodes, source {src.n_nodes}")
+        raise GraphError(f"graph_deep_copy: copy has {dst.n_nodes} nodes, source {src.n_nodes}")
     for s_node, d_node in zip(src.nodes, dst.nodes):
         if s_node.id in src.grads:
             dst.grads[d_node.id] = src.grads[s_node.id]
@@ -260,3 +273,23 @@ def _copy_tensor(ctx: Context, t: Tensor, mapping: dict[int, Tensor]) -> Tensor:
     elif c.data is not None:
         c.buffer = t.buffer
     return c
+
+
+#: The names this module used before, now deprecated: ``dup_graph`` read like
+#: ``ggml_graph_dup`` (a shallow copy) but made ggml-opt's deep copy.
+_DEPRECATED = {"dup_graph": ("graph_deep_copy", "dup_graph is ggml-opt's *deep* copy and is now called "
+                             "graph_deep_copy; for ggml_graph_dup (a shallow copy that keeps the same tensors) "
+                             "use Graph.dup")}
+
+
+def deprecated(module: str, name: str) -> Any:
+    """The object a deprecated name of ``module`` stands for, with a ``DeprecationWarning``."""
+    new, why = _DEPRECATED[name]
+    warnings.warn(f"{module}.{name}: {why}", DeprecationWarning, stacklevel=3)
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        return deprecated(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from vizalloc.errors import AllocationError, BoundsError, NoMemoryError, ShapeError
-from vizalloc.runtime.buffer import Buffer, BufferType, Storage, Usage, pad
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Storage, Usage, pad
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.tensor import Tensor
 from vizalloc.trace import events as ev
@@ -154,14 +154,26 @@ def tensor_array(t: Tensor) -> Any:
 
     Writing into it writes the buffer: aliasing between tensors is real.
     """
+    storage = placed_storage(t)
+    return array_view(storage, t.data - storage.base, t)  # type: ignore[operator]
+
+
+def placed_storage(t: Tensor) -> Storage:
+    """The memory ``t`` points into; ``NoMemoryError`` when it has none (strict mode:
+    ``DanglingPointerError`` when that memory was freed)."""
     storage = t.storage
     if t.data is None or storage is None:
         raise NoMemoryError(
             f"tensor {_label(t)} ({t.op.name}, {t.type.label}{list(t.ne)}) has no memory; "
             "allocate its graph or context before computing or reading it"
         )
+    if storage.xp is VIRTUAL:
+        raise NoMemoryError(
+            f"tensor {_label(t)} lives in buffer #{storage.id}, which has addresses but no bytes (the plan of a "
+            "recorded process); its values cannot be read or written"
+        )
     storage.check_usable(t)
-    return array_view(storage, t.data - storage.base, t)
+    return storage
 
 
 def array_view(storage: Storage, offset: int, t: Tensor) -> Any:
@@ -218,6 +230,13 @@ def host_values(t: Tensor, values: Any, what: str = "tensor_set") -> np.ndarray:
             raise ShapeError(f"{what}: tensor {_label(t)} takes a rectangular array of numbers; "
                              f"numpy cannot make one of the {type(values).__name__} given ({exc})") from None
     kind = src.dtype.kind
+    if t.type.numpy is None:
+        # a block type (q4_0, ...) has no numpy equivalent: only its raw bytes can be given
+        if src.dtype != np.uint8:
+            raise ShapeError(f"{what}: tensor {_label(t)} is {t.type.label} (blocks of {t.type.blck_size} elements "
+                             f"in {t.type.type_size} bytes), which numpy has no type for; pass its raw bytes as a "
+                             f"uint8 array, got {src.dtype}")
+        return src
     if kind not in _NUMERIC_KINDS:
         raise ShapeError(f"{what}: tensor {_label(t)} ({t.type.label}) takes numbers, got an array of "
                          f"{src.dtype} (kind {kind!r}); convert it first")
@@ -263,15 +282,16 @@ def tensor_set(t: Tensor, values: Any, offset: int = 0, nbytes: int | None = Non
     With ``offset`` or ``nbytes``, the bytes of the converted values go to bytes
     ``[offset, offset + nbytes)`` of the tensor (``nbytes`` defaults to all of them). The
     range must lie inside the tensor's own bytes and ``nbytes`` may not exceed the data
-    (``BoundsError``).
+    (``BoundsError``). A block type (q4_0, q8_0, ...) takes its raw bytes as ``uint8``,
+    always written as a byte range.
     """
     t.check_alive()
-    arr = tensor_array(t)
-    storage = t.storage
-    assert storage is not None and t.data is not None
+    storage = placed_storage(t)
+    assert t.data is not None
     xp = storage.xp
     src = host_values(t, values)
-    if offset == 0 and nbytes is None:
+    if offset == 0 and nbytes is None and t.type.numpy is not None:
+        arr = array_view(storage, t.data - storage.base, t)
         if src.shape != arr.shape:
             if src.size != t.nelements:
                 raise ShapeError(f"tensor_set: tensor {_label(t)} has {t.nelements} elements "
@@ -302,13 +322,14 @@ def tensor_get(t: Tensor, offset: int = 0, nbytes: int | None = None) -> np.ndar
 
     The whole tensor comes back in numpy order: ``ne`` reversed, with ggml's unused
     outer dimensions of 1 dropped (``ne = (4, 3, 1, 1)`` gives shape ``(3, 4)``). A byte
-    range (inside the tensor's own bytes, else ``BoundsError``) comes back as raw ``uint8``.
+    range (inside the tensor's own bytes, else ``BoundsError``), or any part of a block
+    type (q4_0, ...), comes back as raw ``uint8``.
     """
     t.check_alive()
-    arr = tensor_array(t)
-    storage = t.storage
-    assert storage is not None and t.data is not None
-    if offset == 0 and nbytes is None:
+    storage = placed_storage(t)
+    assert t.data is not None
+    if offset == 0 and nbytes is None and t.type.numpy is not None:
+        arr = array_view(storage, t.data - storage.base, t)
         out = arr.copy() if storage.xp is np else storage.xp.asnumpy(arr)
         out = out.reshape(numpy_shape(t))
         nbytes = t.nbytes

@@ -26,7 +26,7 @@ Strategies (``architecture.md``, fix strategies):
   ``reserve_between=True`` (another graph reserved between the switches, the
   maintainers' counter-example) the last binding is forgotten and corruption returns.
 * ``clear``: after each reset, clear data/buffer/extra of every compute-context tensor.
-* ``dup``: allocate a deep copy of the graph at each switch (ggml-opt's ``dup_graph``).
+* ``dup``: allocate a deep copy of the graph at each switch (ggml-opt's ``dup_graph``, here ``graph_deep_copy``).
 * ``static``: the tensors ``gf`` and ``gb`` share live in a static buffer, allocated once.
 
 ``driver="opt"`` runs the same MLP through ggml-opt's ``OptContext(fix=strategy)``
@@ -52,7 +52,7 @@ from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, gra
 from vizalloc.runtime.buffer import Buffer, BufferType, pad
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
-from vizalloc.runtime.graph import Graph, dup_graph
+from vizalloc.runtime.graph import Graph, graph_deep_copy
 from vizalloc.runtime.tensor import Flag, Tensor, set_input, set_loss, set_output, set_param
 
 STRATEGIES = ("none", "invalidate", "clear", "dup", "static")
@@ -366,7 +366,7 @@ class GraphsTrainer:
             if self.copy_ctx is not None:
                 self.copy_ctx.free()
             self.copy_ctx = Context(name="copy", max_tensors=graph.size + 1)
-            g = dup_graph(self.copy_ctx, graph)
+            g = graph_deep_copy(self.copy_ctx, graph)
             mapping = {o.id: c for o, c in zip(graph.leafs, g.leafs)}
             mapping.update({o.id: c for o, c in zip(graph.nodes, g.nodes)})
         if not sched.alloc_graph(g):

@@ -29,6 +29,38 @@ from vizalloc.trace.chunks import (
 )
 from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
 
+#: The most bytes one chunk's metadata may inflate to. A writer's usual chunk (65,536
+#: events at a flush) holds a few MiB, its largest (``MAX_CHUNK_EVENTS``) about 450 MiB;
+#: a chunk that declares more is refused before it is inflated. (What a whole file may
+#: inflate to is bounded by its size: ``fileformat.INFLATE_ALLOWANCE``.)
+MAX_CHUNK_META_BYTES = 1 << 30
+#: The most events a writer puts in one chunk (``max_pending``, ``save(chunk_events=)``),
+#: so every chunk it writes stays far below ``MAX_CHUNK_META_BYTES`` (~110 bytes an event).
+MAX_CHUNK_EVENTS = 1 << 22
+
+#: Integer fields the graph allocator fills with positions in its plan's buffers: never
+#: negative (ggml's are ``size_t``; no user value reaches them). A trace that says
+#: otherwise is damaged and is refused when read, naming the event, instead of becoming
+#: a negative index downstream. (Fields a user's call fills, such as ``TensorSet.offset``,
+#: are kept whatever they hold: a misuse is what a trace is there to show.)
+NON_NEGATIVE: dict[type[ev.Event], tuple[str, ...]] = {
+    ev.PlanAlloc: ("slot", "chunk", "offset", "nbytes"),
+    ev.PlanInplace: ("slot", "chunk", "offset"),
+    ev.PlanFree: ("slot", "chunk", "offset", "nbytes"),
+}
+
+
+class ChunkTooLarge(ValueError):
+    """A chunk declares more metadata, or more decoded integers, than the reader allows."""
+
+
+def decoded_cost(meta_bytes: int, n_ints: int) -> int:
+    """The bytes a chunk takes while decoded: its metadata and 8 bytes per integer (the
+    int64 arrays the integers become; a zero byte plane is not stored, so a few bytes of
+    metadata may stand for many integers)."""
+    return meta_bytes + 8 * n_ints
+
+
 @dataclass(slots=True)
 class ChunkParts:
     """What one decoded chunk keeps until its batch is assembled."""
@@ -66,23 +98,37 @@ class ChunkDecoder:
         self._enum_values: dict[str, dict[int, Any]] = {}
         self._carry: dict[int, tuple[int, int]] = {}
         self._zlib = zlib.decompressobj() if compressed else None
+        # per kind index: the row columns holding string ids, item or blob byte counts, and
+        # values that may not be negative (with the field names, for messages)
+        self._checks: list[tuple[list[int], list[int], list[int]] | None] = [
+            None if p is None else _row_checks(p) for p in self._plans]
+        #: ``decoded_cost`` of every chunk decoded so far (a reader bounds it by the file's size).
+        self.decoded_bytes = 0
 
     @classmethod
     def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
 
     # -- per chunk: the minimum ------------------------------------------------------
-    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False
-               ) -> ChunkParts:
+    def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False,
+               max_decoded_bytes: int | None = None) -> ChunkParts:
         """Decompress and split one chunk; new strings and locations join the tables.
 
         ``stored``: the chunk's metadata was written as is, outside the file's zlib stream
-        (a frame flag).
+        (a frame flag). ``max_decoded_bytes``: refuse (``ChunkTooLarge``) when
+        ``decoded_bytes`` would pass it with this chunk; the chunk is refused from its
+        26-byte head, before the rest is inflated. Metadata never inflates past the size
+        its head declares, nor past ``MAX_CHUNK_META_BYTES``.
 
         Raises ValueError (or zlib.error, struct.error, IndexError) on malformed bytes.
         """
+        limit = MAX_CHUNK_META_BYTES if max_decoded_bytes is None else max_decoded_bytes - self.decoded_bytes
         if self._zlib is not None and not stored:
-            meta = self._zlib.decompress(meta)
+            meta = self._inflate(meta, n_events, limit)
+        else:
+            if len(meta) < _HEAD.size:
+                raise ValueError(f"chunk metadata of {len(meta)} bytes ends inside its {_HEAD.size}-byte head")
+            self._check_declared(_HEAD.unpack_from(meta, 0), n_events, limit)
         view = memoryview(meta)
         n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(view, 0)
         if n_ev != n_events:
@@ -105,6 +151,12 @@ class ChunkDecoder:
         ints = np.frombuffer(view, dtype=np.uint8, offset=pos).reshape(len(present), n_ints)
         if len(kinds) != n_ev or len(lens) != n_strings or len(text) != n_text or sum(lens) != n_text:
             raise ValueError("chunk sections do not add up")
+        widths = self._widths[np.frombuffer(kinds, dtype=np.uint8)]
+        need_rows = int(widths.sum())
+        # (a kind this vizalloc cannot read has width 0: assemble names it)
+        if n_rows != need_rows and widths.all():
+            raise ValueError(f"chunk holds {n_rows} row integers, its {n_ev} events need {need_rows}")
+        self.decoded_bytes += decoded_cost(len(meta), n_ints)
         start = 0
         for n in lens:
             self._strings.append(text[start:start + n].decode("utf-8", "surrogatepass"))
@@ -115,6 +167,51 @@ class ChunkDecoder:
             for i in range(0, len(vals), 3):
                 self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
         return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & _IN_ORDER))
+
+    def _check_declared(self, head: tuple[int, ...], n_events: int, limit: int) -> int:
+        """The metadata size a chunk head declares, checked against the frame's event count
+        and the bounds; raises ``ChunkTooLarge`` / ``ValueError``."""
+        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, _ = head
+        if n_ev != n_events:
+            raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
+        if n_locs > n_ev:
+            raise ValueError(f"chunk declares {n_locs} new locations for {n_ev} events")
+        n_ints = 3 * n_locs + n_rows + n_items
+        size = _HEAD.size + n_ev + 4 * n_strings + n_text + n_ints * len(_PLANES[planes])
+        if size > MAX_CHUNK_META_BYTES:
+            raise ChunkTooLarge(f"chunk declares {size:,} bytes of metadata, over the {MAX_CHUNK_META_BYTES:,} a "
+                                f"chunk may hold")
+        cost = decoded_cost(size, n_ints)
+        if cost > limit:
+            raise ChunkTooLarge(f"chunk declares {size:,} bytes of metadata holding {n_ints:,} integers "
+                                f"({cost:,} bytes decoded), more than its file can hold ({max(limit, 0):,} bytes "
+                                "left of what its compressed size allows): a decompression bomb or a damaged file")
+        return size
+
+    def _inflate(self, data: bytes, n_events: int, limit: int) -> bytes:
+        """One chunk's metadata out of the file's zlib stream: the head first, then exactly
+        the size it declares (never more: a chunk that would inflate further is refused)."""
+        d = self._zlib
+        assert d is not None
+        head = d.decompress(data, _HEAD.size)
+        if len(head) < _HEAD.size:
+            raise ValueError(f"chunk metadata inflates to {len(head)} bytes, less than its {_HEAD.size}-byte head")
+        size = self._check_declared(_HEAD.unpack(head), n_events, limit)
+        rest = d.decompress(d.unconsumed_tail, size - _HEAD.size) if size > _HEAD.size else b""
+        if len(rest) < size - _HEAD.size:
+            raise ValueError(f"chunk metadata inflates to {_HEAD.size + len(rest):,} bytes, its head declares "
+                             f"{size:,}")
+        # the frame's bytes must end exactly there: what is left may flush the stream, not add to it
+        tail = d.unconsumed_tail
+        while True:
+            if d.decompress(tail, 1):
+                raise ValueError(f"chunk metadata inflates past the {size:,} bytes its head declares")
+            if not d.unconsumed_tail or len(d.unconsumed_tail) >= len(tail):
+                break
+            tail = d.unconsumed_tail
+        if d.unconsumed_tail:  # pragma: no cover - zlib consumes input when it makes no output
+            raise ValueError("chunk metadata does not end where its frame does")
+        return head + rest
 
     # -- per batch: everything else ---------------------------------------------------
     def assemble(self, parts: Sequence[ChunkParts], slice_events: int | None = None) -> list[ev.Event]:
@@ -171,6 +268,7 @@ class ChunkDecoder:
             assert plan is not None
             sel = by_kind[bounds[k] - per_kind[k]:bounds[k]]
             rows = rows_all[row_start[sel][:, None] + np.arange(plan.width)]
+            self._check_rows(k, plan, rows, len(items_all), len(blob_all))
             if plan.var:
                 item_total[sel] = rows[:, plan.var].sum(axis=1)
             if plan.blobs:
@@ -206,6 +304,29 @@ class ChunkDecoder:
                 deque(map(put, order[part].tolist(), plan.schema.new_many(len(part), cols)), maxlen=0)
                 _sleep(0)
         return result
+
+    def _check_rows(self, k: int, plan: _Plan, rows: np.ndarray, n_items: int, n_blob: int) -> None:
+        """Every id in range, every count and size not negative (nor past what the batch
+        holds): a damaged trace is refused naming the event, not indexed from the end."""
+        checks = self._checks[k]
+        assert checks is not None
+        id_cols, count_cols, nonneg_cols = checks
+        tests: list[tuple[int, np.ndarray, str]] = [(2, (rows[:, 2] < 0) | (rows[:, 2] >= len(self._locs)),
+                                                     f"a location id (this trace has {len(self._locs)})")]
+        for c in id_cols:
+            tests.append((c, (rows[:, c] < 0) | (rows[:, c] >= len(self._strings)),
+                          f"a string id (this trace has {len(self._strings)})"))
+        for c in count_cols:
+            most = n_blob if c in plan.blobs else n_items
+            tests.append((c, (rows[:, c] < 0) | (rows[:, c] > most), f"a count of 0..{most}"))
+        for c in nonneg_cols:
+            tests.append((c, rows[:, c] < 0, "a position in a plan's buffers (never negative)"))
+        for c, bad, what in tests:
+            if bad.any():
+                r = int(np.flatnonzero(bad)[0])
+                seq = self._carry.get(k, (0, 0))[0] + int(rows[: r + 1, 0].sum())
+                name = "loc" if c == 2 else plan.schema.fields[c - 3]
+                raise ValueError(f"event {plan.schema.name} seq {seq}: {name} is {int(rows[r, c])}, not {what}")
 
     def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
                  items: list[int] | None, blob: bytes) -> list[list[Any]]:
@@ -263,6 +384,11 @@ class ChunkDecoder:
                     cache[i] = text  # a value this vizalloc's enum lacks: kept as its string
         return [cache[i] for i in ids]
 
+    def _string(self, i: int) -> str:
+        if not 0 <= i < len(self._strings):
+            raise ValueError(f"string id {i} inside a value; this trace has {len(self._strings)} strings")
+        return self._strings[i]
+
     def _value(self, codec: str, items: list[int]) -> Any:
         """A variable-size value from its item ints (see ``ChunkEncoder._flat``)."""
         if codec == "scalar":
@@ -276,7 +402,7 @@ class ChunkDecoder:
             if tag == _TAG_FLOAT:
                 return _bits_float(items[1])
             if tag == _TAG_STR:
-                return self._strings[items[1]]
+                return self._string(items[1])
             if tag == _TAG_BOOL:
                 return bool(items[1])
             raise ValueError(f"unknown scalar tag {tag}")
@@ -289,7 +415,9 @@ class ChunkDecoder:
             if inner == "float":
                 return tuple(map(_bits_float, items))
             if inner == "str":
-                return tuple(self._strings[i] for i in items)
+                return tuple(map(self._string, items))
+            for i in items:
+                self._string(i)
             return tuple(self._enum_list(inner[5:], items))
         out = []
         pos = 0
@@ -300,6 +428,13 @@ class ChunkDecoder:
             out.append(self._value(inner, items[pos + 1:pos + 1 + size]))
             pos += 1 + size
         return tuple(out)
+
+
+def _row_checks(plan: _Plan) -> tuple[list[int], list[int], list[int]]:
+    ids = [3 + j for j, slot in enumerate(plan.slots) if slot in (_S_STR, _S_ENUM)]
+    counts = list(plan.var) + list(plan.blobs)
+    nonneg = [3 + plan.schema.fields.index(f) for f in NON_NEGATIVE.get(plan.schema.cls, ())]
+    return ids, counts, nonneg
 
 
 def _tolist(values: np.ndarray, slice_events: int | None) -> list[int]:

@@ -37,6 +37,15 @@ class Location:
         return f"{self.file}:{self.line} in {self.function}"
 
 
+def enum_text(value: enum.Enum | str) -> str:
+    """The text of an enum field: the member's value, or ``unknown (TEXT)`` for a value this
+    vizalloc's enum lacks (a trace written by a newer vizalloc: the reader keeps it as its
+    string, and it must never pass for a known value)."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return f"unknown ({value})"
+
+
 class PlacedBy(str, enum.Enum):
     """Who gave a tensor its bytes."""
 
@@ -47,6 +56,7 @@ class PlacedBy(str, enum.Enum):
     CONTEXT = "context"          # a context that allocates its own memory (no_alloc=False)
     COPY = "copy"                # a deep copy of an allocated tensor aliases its bytes
     USER = "user"                # placed by hand
+    OBSERVED = "observed"        # a real process had it there; how it got there was not seen (capture)
 
 
 class RefuseReason(str, enum.Enum):
@@ -112,7 +122,7 @@ class TensorCreated(Event):
     view_src: int
     view_offs: int
     flags: int
-    copy_of: int  # deep copies (dup_graph, graph_copy): the tensor this one copies
+    copy_of: int  # deep copies (graph_deep_copy, graph_copy): the tensor this one copies
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,13 +444,47 @@ class GraphCleared(Event):
     graph_id: int
 
 
+# -- a real ggml process, captured (vizalloc.capture) ---------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ProcessCaptured(Event):
+    """The trace was imported from a real ggml process: which program, which ggml, and the
+    allocator rules its graphs were replayed with (``rules_version``; equal to
+    ``ggml_version`` unless that version is not one vizalloc knows)."""
+
+    program: str
+    pid: int
+    ggml_version: str
+    ggml_path: str
+    rules_version: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayMismatch(Event):
+    """The replay through vizalloc's allocator disagreed with what the real process did.
+
+    ``what``: ``offset`` (a tensor's placement), ``buffer_size``, ``result`` (a call's
+    return value) or ``buffers`` (how many buffers a plan made). ``tensor_id`` is -1 when
+    the difference is not about one tensor. ``observed`` and ``replayed`` are the two
+    values as text (``buffer #3 + 4096``).
+    """
+
+    what: str
+    tensor_id: int
+    observed: str
+    replayed: str
+    call: str
+    ggml_version: str
+
+
 AnyEvent = Union[
     ContextCreated, ContextFreed, TensorCreated, TensorNamed, TensorFlagsSet, TensorSrcSet,
     BufferAllocated, BufferFreed, BufferCleared, TensorPlaced, TensorCleared,
     GraphCreated, GraphExpanded, Replan, PlanBegin, PlanAlloc, PlanInplace, PlanRefused,
     PlanFree, PlanExternal, PlanEnd, BindingBegin, BindingEnd, SchedReset, SchedSplit,
     SchedCopy, SchedAlloc, ComputeBegin, NodeCompute, ComputeEnd, TensorCopy, TensorSet,
-    TensorGet, ValueSnapshot, Marker, GraphCleared,
+    TensorGet, ValueSnapshot, Marker, GraphCleared, ProcessCaptured, ReplayMismatch,
 ]
 
 #: Every event class by name, in a fixed order (the trace file numbers kinds by this order).

@@ -27,7 +27,9 @@ reader loads that prefix and warns; a checksum or structure error raises
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import struct
 import warnings
 import zlib
@@ -37,7 +39,7 @@ from typing import Any, BinaryIO
 
 from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
-from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts
+from vizalloc.trace.chunk_decoder import MAX_CHUNK_META_BYTES, ChunkDecoder, ChunkParts
 from vizalloc.trace.chunk_encoder import ChunkEncoder
 from vizalloc.trace.chunks import EncodeError
 from vizalloc.trace.schema import BY_NAME, SCHEMA, KindSchema
@@ -61,8 +63,35 @@ FRAME_HEADER_SIZE = _FRAME.size + _CRC.size  # 28 bytes
 BATCH_EVENTS = 1 << 16
 
 
+#: What a file's chunks may decode to: this many bytes, plus ``MAX_INFLATE_RATIO`` times
+#: the compressed metadata read so far (see ``chunk_decoder.decoded_cost``). Traces the
+#: runtime writes decode to 3-60 times their compressed metadata; a decompression bomb
+#: (zlib inflates up to ~1,000 times) is refused before it is inflated.
+INFLATE_ALLOWANCE = 64 << 20
+MAX_INFLATE_RATIO = 256
+#: A frame's compressed metadata is never much bigger than the metadata it inflates to.
+MAX_FRAME_META = MAX_CHUNK_META_BYTES + (1 << 20)
+#: Frame lengths past this (256 TiB) are damage, whatever the file's size.
+MAX_FRAME_BYTES = 1 << 48
+#: Largest single read: a damaged length never makes one huge allocation.
+_READ_PIECE = 16 << 20
+
+
 class TraceTruncatedWarning(UserWarning):
-    """A trace file ends early (its writer was killed or is still running); its prefix was loaded."""
+    """A trace file ends early (its writer was killed or is still running); its prefix was loaded.
+
+    Attributes: ``path``, ``cut_at`` (the byte where the complete frames end),
+    ``file_size``, ``n_events`` and ``n_frames`` (what was read).
+    """
+
+    def __init__(self, message: str, *, path: str = "", cut_at: int = 0, file_size: int | None = None,
+                 n_events: int = 0, n_frames: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.cut_at = cut_at
+        self.file_size = file_size
+        self.n_events = n_events
+        self.n_frames = n_frames
 
 
 # -- writing -------------------------------------------------------------------
@@ -160,14 +189,42 @@ class TraceFileWriter:
 # -- reading -------------------------------------------------------------------
 
 def _read_exact(f: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes (fewer only at the end of the file), read in bounded pieces."""
     parts = []
     while n > 0:
-        b = f.read(n)
+        b = f.read(min(n, _READ_PIECE))
         if not b:
             break
         parts.append(b)
         n -= len(b)
     return b"".join(parts)
+
+
+def _file_size(f: BinaryIO) -> int | None:
+    try:
+        left = _bytes_left(f)
+        return None if left is None else f.tell() + left
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _bytes_left(f: BinaryIO) -> int | None:
+    """How many bytes the file holds after the current position (None when unknown: a pipe)."""
+    if isinstance(f, io.BytesIO):
+        return f.getbuffer().nbytes - f.tell()
+    try:
+        return os.fstat(f.fileno()).st_size - f.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+    try:
+        if f.seekable():
+            here = f.tell()
+            end = f.seek(0, io.SEEK_END)
+            f.seek(here)
+            return end - here
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
 
 
 class TraceFileReader:
@@ -195,13 +252,18 @@ class TraceFileReader:
                 f"{name}: trace format version {version} at byte 8; this vizalloc reads version {FORMAT_VERSION}"
                 + (" (upgrade vizalloc)" if version > FORMAT_VERSION else "")
             )
-        body = _read_exact(file, json_len)
-        crc = _read_exact(file, _CRC.size)
         end = _HEAD.size + json_len + _CRC.size
+        left = _bytes_left(file)
+        if left is not None and json_len + _CRC.size > left:
+            body, crc = b"", b""
+        else:
+            body = _read_exact(file, json_len)
+            crc = _read_exact(file, _CRC.size)
         if len(body) < json_len or len(crc) < _CRC.size:
             raise TraceFormatError(
                 f"{name}: the header at byte 0 is cut short or its length field (byte 12) is damaged: it declares "
-                f"{end} bytes, the file ends at byte {_HEAD.size + len(body) + len(crc)}; nothing to load"
+                f"{end:,} bytes, the file ends at byte {_HEAD.size + (left if left is not None else len(body) + len(crc))}; "
+                "nothing to load"
             )
         if _CRC.unpack(crc)[0] != zlib.crc32(head + body):
             raise TraceFormatError(f"{name}: header checksum mismatch (bytes 0..{end}): the file is corrupt")
@@ -221,10 +283,14 @@ class TraceFileReader:
             self.kinds.append(schema if ok else None)
         self._decoder = ChunkDecoder(self.kinds, self.kind_names, bool(flags & FLAG_ZLIB))
         self.offset = end
-        #: Events decoded so far; whether the end record was seen; why reading stopped early.
+        #: Events decoded so far, in how many chunk frames; whether the end record was seen;
+        #: where reading stopped early (the end of the last complete frame), and why.
         self.n_events = 0
+        self.n_frames = 0
         self.complete = False
         self.truncated_at: int | None = None
+        self.cut_declared = 0  # the size the cut frame declares (0: unknown, or cut between frames)
+        self._meta_read = 0  # compressed metadata bytes of the chunk frames read
 
     def chunks(self) -> Iterator[ChunkParts]:
         """Decoded chunks in file order; stops at the end record or at a truncation.
@@ -239,11 +305,13 @@ class TraceFileReader:
             head = _read_exact(f, FRAME_HEADER_SIZE)
             if not head:
                 self.truncated_at = at  # a clean frame boundary, but no end record
+                self.cut_declared = 0
                 return
             if len(head) < FRAME_HEADER_SIZE:
                 if head != FRAME_MAGIC[: len(head)] and head[:2] != FRAME_MAGIC:
                     raise TraceFormatError(f"{self.name}: corrupt frame at byte {at} (bad magic)")
                 self.truncated_at = at
+                self.cut_declared = 0
                 return
             magic, kind, frame_flags, n_events, meta_len, blob_len, payload_crc = _FRAME.unpack_from(head)
             if magic != FRAME_MAGIC:
@@ -252,9 +320,21 @@ class TraceFileReader:
                 raise TraceFormatError(f"{self.name}: corrupt frame header at byte {at} (checksum mismatch)")
             if self.complete:
                 raise TraceFormatError(f"{self.name}: data after the end record at byte {at}")
+            if meta_len > MAX_FRAME_META or blob_len > MAX_FRAME_BYTES:
+                raise TraceFormatError(
+                    f"{self.name}: corrupt frame at byte {at}: it declares {meta_len:,} bytes of metadata and "
+                    f"{blob_len:,} of values, more than a chunk can hold ({MAX_FRAME_META:,} bytes of metadata)"
+                )
+            left = _bytes_left(f)
+            if left is not None and meta_len + blob_len > left:
+                # the frame was being written when the file was cut (or is still being written)
+                self.truncated_at = at
+                self.cut_declared = FRAME_HEADER_SIZE + meta_len + blob_len
+                return
             payload = _read_exact(f, meta_len + blob_len)
             if len(payload) < meta_len + blob_len:
                 self.truncated_at = at
+                self.cut_declared = FRAME_HEADER_SIZE + meta_len + blob_len
                 return
             if zlib.crc32(payload) != payload_crc:
                 raise TraceFormatError(
@@ -273,12 +353,15 @@ class TraceFileReader:
                 raise TraceFormatError(f"{self.name}: unknown frame type {kind} at byte {at}")
             if frame_flags & ~FRAME_STORED:
                 raise TraceFormatError(f"{self.name}: unknown frame flags {frame_flags:#x} at byte {at + 3}")
+            self._meta_read += meta_len
             try:
-                decoded = self._decoder.decode(payload[:meta_len], payload[meta_len:], n_events, at,
-                                               stored=bool(frame_flags & FRAME_STORED))
+                decoded = self._decoder.decode(
+                    payload[:meta_len], payload[meta_len:], n_events, at, stored=bool(frame_flags & FRAME_STORED),
+                    max_decoded_bytes=INFLATE_ALLOWANCE + MAX_INFLATE_RATIO * self._meta_read)
             except (ValueError, IndexError, KeyError, struct.error, zlib.error, UnicodeDecodeError) as exc:
                 raise TraceFormatError(f"{self.name}: undecodable chunk at byte {at}: {exc}") from exc
             self.n_events += n_events
+            self.n_frames += 1
             yield decoded
 
     def batches(self, max_events: int = BATCH_EVENTS, *, slice_events: int | None = None
@@ -314,21 +397,38 @@ class TraceFileReader:
         parts = list(self.chunks())
         return self._assemble(parts) if parts else []
 
-    def warn_if_incomplete(self) -> None:
-        """Warn (``TraceTruncatedWarning``) when reading stopped before the end record."""
+    def truncation(self) -> TraceTruncatedWarning | None:
+        """What to say when reading stopped before the end record (None: the file is complete)."""
         if self.complete:
-            return
+            return None
         at = self.truncated_at if self.truncated_at is not None else self.offset
-        warnings.warn(
-            f"{self.name}: the trace ends at byte {at} without its end record (the writing process was killed "
-            f"or is still running); loaded the {self.n_events} events written before that",
-            TraceTruncatedWarning,
-            stacklevel=3,
-        )
+        size = _file_size(self._file)
+        if size is None or size <= at:
+            where = f"trace cut at byte {at:,}, after its last complete frame"
+        else:
+            where = f"trace cut at byte {size:,}, {size - at:,} bytes into the frame at byte {at:,}"
+            if self.cut_declared:
+                where += f" (which declares {self.cut_declared:,} bytes)"
+        if self.n_frames == 0:
+            read = "no complete frame, so no events"
+        else:
+            read = f"read {self.n_events:,} events in {self.n_frames:,} complete frame{'s' * (self.n_frames != 1)}"
+        message = (f"{self.name}: {where}, without its end record (the writing process was killed or is still "
+                   f"running); {read}")
+        return TraceTruncatedWarning(message, path=self.name, cut_at=at, file_size=size, n_events=self.n_events,
+                                     n_frames=self.n_frames)
+
+    def warn_if_incomplete(self, stacklevel: int = 3) -> None:
+        """Warn (``TraceTruncatedWarning``) when reading stopped before the end record;
+        ``stacklevel`` as ``warnings.warn`` counts it from here (3: the caller's caller)."""
+        warning = self.truncation()
+        if warning is not None:
+            warnings.warn(warning, stacklevel=stacklevel)
 
 
-def read_trace(file: BinaryIO, name: str = "trace") -> Trace:
-    """The whole trace in ``file``; warns ``TraceTruncatedWarning`` if it ends early."""
+def read_trace(file: BinaryIO, name: str = "trace", *, stacklevel: int = 2) -> Trace:
+    """The whole trace in ``file``; warns ``TraceTruncatedWarning`` if it ends early (at the
+    line ``stacklevel`` frames up: 2, the caller of ``read_trace``)."""
     import gc
 
     reader = TraceFileReader(file, name)
@@ -342,5 +442,5 @@ def read_trace(file: BinaryIO, name: str = "trace") -> Trace:
     finally:
         if was_enabled:
             gc.enable()
-    reader.warn_if_incomplete()
+    reader.warn_if_incomplete(stacklevel + 1)
     return Trace(reader.header, tuple(events))

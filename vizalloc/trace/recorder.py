@@ -22,10 +22,12 @@ forked child starts with no recorder: it must not write into its parent's trace 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 from vizalloc.trace.events import Event, Location
@@ -63,6 +65,9 @@ _row_sink: Callable[[type[Event], tuple[Any, ...]], None] | None = None      # t
 _capturing = False
 _seq = 0
 _perf_counter_ns = time.perf_counter_ns
+#: While a captured process is replayed (``replaying``): the source line of the call being
+#: replayed, used instead of walking this process's stack.
+_replayed_location: Callable[[], Location | None] | None = None
 _getframe = sys._getframe
 #: What a code object is, by ``id(code)``: ``_INTERNAL`` (vizalloc's own code),
 #: ``_INTERNAL_RESUMABLE`` (vizalloc's own generator or coroutine), or for a user's code
@@ -224,15 +229,18 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
     if loc is _NOT_GIVEN:
         if not _sinks:
             return None  # (nothing records: never touch the cache)
-        # the two cache hits inline (they are the common case); a miss walks the stack
-        frame: Any = _getframe(1)
-        cache = _loc_cache  # read once: another thread may replace it
-        if frame is cache[0]:
-            loc = cache[1]
-        elif frame is cache[2]:
-            loc = cache[3]
+        if _replayed_location is not None:
+            loc = _replayed_location()
         else:
-            loc = _walk(frame)
+            # the two cache hits inline (they are the common case); a miss walks the stack
+            frame: Any = _getframe(1)
+            cache = _loc_cache  # read once: another thread may replace it
+            if frame is cache[0]:
+                loc = cache[1]
+            elif frame is cache[2]:
+                loc = cache[3]
+            else:
+                loc = _walk(frame)
     sink = _row_sink
     if sink is not None and _arity.get(cls) == len(payload):  # the usual case: one trace
         lock = _lock
@@ -260,6 +268,20 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
         for sink_ in sinks:
             sink_(event)
     return event
+
+
+@contextlib.contextmanager
+def replaying(clock: Callable[[], int], location: Callable[[], Location | None]) -> Iterator[None]:
+    """Stamp events with another process's time and source lines while a record of it is
+    replayed (``vizalloc.capture``): ``clock()`` gives each event's ``t_ns`` and
+    ``location()`` the ``loc`` of events whose caller gives none. Not reentrant."""
+    global _perf_counter_ns, _replayed_location
+    saved = _perf_counter_ns, _replayed_location
+    _perf_counter_ns, _replayed_location = clock, location
+    try:
+        yield
+    finally:
+        _perf_counter_ns, _replayed_location = saved
 
 
 def _after_fork_in_child() -> None:

@@ -79,6 +79,8 @@ class VizallocApp(App[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
+        # Ctrl-C quits, as in any terminal program (Textual's default only says "press ctrl+q")
+        Binding("ctrl+c,ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("e", "export", "Export"),
         Binding("1", "pane_to('timeline')", "Timeline", show=False),
@@ -149,7 +151,7 @@ class VizallocApp(App[None]):
             header = None
             if isinstance(src, (str, os.PathLike)):
                 events, header = read_events(src, self.scan, lambda d, t: self.post_message(
-                    LoadProgress("read", d, t)))
+                    LoadProgress("read", d, t)), on_cut=self._cut_short)
             else:
                 events = list(getattr(src, "events", src))
                 header = getattr(src, "header", None)
@@ -165,6 +167,11 @@ class VizallocApp(App[None]):
             self.post_message(LoadFailed(inert(str(exc), 300)))
         except Exception as exc:  # noqa: BLE001 - shown in the app instead of a traceback on a raw terminal
             self.post_message(LoadFailed(inert(f"{type(exc).__name__}: {exc}", 300)))
+
+    def _cut_short(self, sentence: str) -> None:
+        """The trace ends early (its writer was killed, or still runs): say so, keep going."""
+        self.call_from_thread(self.notify, inert(sentence, 400), title="the trace is cut short", severity="warning",
+                              timeout=30, markup=False)
 
     def on_load_progress(self, message: LoadProgress) -> None:
         self.load_phase = message.phase

@@ -99,13 +99,22 @@ class Analysis:
 
 
 def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
-                batch_events: int = 1 << 16) -> tuple[list[ev.Event], Any]:
+                batch_events: int = 1 << 16, on_cut: Callable[[str], None] | None = None
+                ) -> tuple[list[ev.Event], Any]:
     """Read a trace file batch by batch, feeding the pre-scan; returns (events, header).
 
     ``on_batch(bytes_read, file_bytes)`` is called after each batch, so the timeline can
-    be shown while the rest of the file is read.
+    be shown while the rest of the file is read. A trace cut short (its writer killed,
+    or still running) loads its complete frames and ``on_cut(sentence)`` says where it
+    is cut and what was read (without ``on_cut``: a ``TraceTruncatedWarning``).
+
+    Raises:
+        UsageError: the file cannot be read.
+        TraceFormatError: not a trace, damaged, or cut before its first complete frame.
     """
-    from vizalloc.errors import UsageError
+    import warnings
+
+    from vizalloc.errors import TraceFormatError, UsageError
     from vizalloc.trace.fileformat import TraceFileReader
 
     try:
@@ -124,7 +133,14 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
             scan.feed(batch)
             if on_batch is not None:
                 on_batch(reader.offset, total)
-        reader.warn_if_incomplete()
+        cut = reader.truncation()
+        if cut is not None:
+            if cut.n_frames == 0:
+                raise TraceFormatError(f"{cut}; there is nothing to show yet")
+            if on_cut is not None:
+                on_cut(str(cut))
+            else:
+                warnings.warn(cut, stacklevel=2)
         return events, reader.header
 
 

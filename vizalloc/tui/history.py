@@ -41,7 +41,7 @@ def _what(model: TraceModel, e: ev.Event, kind: HistoryKind, tensor_id: int) -> 
         return f"source {e.slot} := {inert(lab(e.src_id), 30)}"
     if isinstance(e, ev.TensorPlaced):
         where = f" in binding #{e.binding_id}" if e.binding_id >= 0 else ""
-        return f"placed in buffer #{e.buffer_id} [{e.offset}, {e.offset + e.nbytes}) by {e.by.value}{where}"
+        return f"placed in buffer #{e.buffer_id} [{e.offset}, {e.offset + e.nbytes}) by {ev.enum_text(e.by)}{where}"
     if isinstance(e, ev.TensorCleared):
         return f"pointers cleared by {inert(e.by)}"
     if isinstance(e, ev.NodeCompute):

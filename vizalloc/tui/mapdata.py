@@ -24,8 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vizalloc.analysis.model import NEVER, TraceModel
-from vizalloc.analysis.placed import placed_roots
+from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
 from vizalloc.analysis.rects import intersecting_pairs
+from vizalloc.export.units import buffer_title
+from vizalloc.trace.events import enum_text
 from vizalloc.tui.tensors import shape_text
 
 
@@ -57,13 +59,15 @@ class Block:
 
 @dataclass(slots=True)
 class Panel:
-    """One buffer of one binding: its blocks by offset, and the colliding pairs."""
+    """One buffer of one binding: its blocks by offset, the colliding pairs, and its figures
+    (:func:`vizalloc.analysis.placed.buffer_figures`, as the layout diagram shows them)."""
 
     buffer_id: int
     title: str
     nbytes: int
     n_steps: int
     blocks: list[Block]
+    figures: BufferFigures | None = None
     overlaps: list[tuple[int, int]] = field(default_factory=list)  # indices into blocks
     _offsets: list[int] = field(default_factory=list)
     _max_nbytes: int = 0
@@ -130,12 +134,14 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
     panels = []
     for buffer_id in sorted(by_buffer):
         buf = model.buffers.get(buffer_id)
-        title = (f"buffer #{buffer_id} {buf.backend} {buf.usage}" if buf is not None else f"buffer #{buffer_id}")
+        title = buffer_title(buffer_id, buf.backend, buf.buft, buf.usage, None) if buf is not None \
+            else buffer_title(buffer_id, None, None, None, None)
         blocks = [Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, shape_text(r.info.ne), r.placement.offset,
-                        r.placement.nbytes, r.first, r.last, r.stale_note(), r.placement.by.value,
+                        r.placement.nbytes, r.first, r.last, r.stale_note(), enum_text(r.placement.by),
                         r.placement.binding_id, r.planned)
                   for r in by_buffer[buffer_id]]
-        panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks)
+        panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks,
+                      buffer_figures(model, buffer_id, by_buffer[buffer_id], b.plan_id, cut))
         panel.overlaps = find_overlaps(panel.blocks)
         panels.append(panel)
     return BindingMap(binding_id, b.graph_id, b.plan_id, n, panels, cut)

@@ -122,7 +122,7 @@ class Prescan:
             elif cls is t_replan:
                 what = f": {e.detail}" if e.detail else ""
                 steps.append(Step(e.seq, StepKind.REPLAN, e.galloc_id, galloc_id=e.galloc_id,
-                                  binding_id=self._last_binding, detail=f"{e.cause.value}{what}", loc=e.loc))
+                                  binding_id=self._last_binding, detail=f"{ev.enum_text(e.cause)}{what}", loc=e.loc))
             else:  # SchedReset
                 steps.append(Step(e.seq, StepKind.RESET, e.sched_id, binding_id=self._last_binding,
                                   detail=f"scheduler #{e.sched_id}", loc=e.loc))

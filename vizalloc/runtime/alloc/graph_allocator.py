@@ -50,6 +50,8 @@ from vizalloc.errors import AllocationError, GraphError
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc.dyn_allocator import DynAllocator
 from vizalloc.runtime.alloc.planner import Plan, Record, plain_alloc_size, plan_graph
+from vizalloc.runtime.alloc.rules import DEFAULT as DEFAULT_RULES
+from vizalloc.runtime.alloc.rules import AllocatorRules
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
@@ -68,9 +70,11 @@ class GraphAllocator:
         bufts: one buffer type, or one per buffer id. Ids whose buffer type is the same
             object share one planning allocator and one set of chunk buffers.
         reclaim: the "invalidate" fix (see the module docstring); off as in ggml.
+        rules: the ggml version whose planner to follow (``alloc.rules``); d99724f2 by default.
     """
 
-    def __init__(self, bufts: BufferType | Sequence[BufferType], *, reclaim: bool = False) -> None:
+    def __init__(self, bufts: BufferType | Sequence[BufferType], *, reclaim: bool = False,
+                 rules: AllocatorRules = DEFAULT_RULES) -> None:
         if isinstance(bufts, BufferType):
             bufts = [bufts]
         self.bufts: list[BufferType] = list(bufts)
@@ -78,6 +82,7 @@ class GraphAllocator:
             raise GraphError("GraphAllocator needs at least one buffer type")
         self.id = next(_galloc_ids)
         self.reclaim = reclaim
+        self.rules = rules
         self._dyn: list[DynAllocator] = []
         for i, buft in enumerate(self.bufts):
             shared = next((self._dyn[j] for j in range(i) if self.bufts[j] is buft), None)
@@ -235,7 +240,8 @@ class GraphAllocator:
         if collecting:
             gc.disable()
         try:
-            self.plan = plan_graph(self.id, graph, self.bufts, self._dyn, node_ids, leaf_ids, self._plain)
+            self.plan = plan_graph(self.id, graph, self.bufts, self._dyn, node_ids, leaf_ids, self._plain,
+                                   inplace_ops=self.rules.inplace_ops)
         finally:
             if collecting:
                 gc.enable()

@@ -107,7 +107,8 @@ class Plan:
 
 
 def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[DynAllocator],  # noqa: C901
-               node_ids: list[int], leaf_ids: list[int], plain: bool, _plan_id: int = -1) -> Plan:
+               node_ids: list[int], leaf_ids: list[int], plain: bool, _plan_id: int = -1,
+               inplace_ops: frozenset[Op] = INPLACE_OPS) -> Plan:
     """Plan ``graph`` (ggml_gallocr_alloc_graph_impl) with fresh ``dyn`` allocators; returns the records.
 
     ``plain``: every buffer type sizes tensors by ``nbytes`` (sizes are then computed once).
@@ -241,7 +242,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
                 size[k] = nbytes_of(dt, t.ne, t.nb)
     if len(index) != m + len(extras):
         # a tensor listed twice (only bulk numbering knows it before the scan): start again
-        return plan_graph(galloc_id, graph, bufts, dyn, node_ids, leaf_ids, plain, plan_id)
+        return plan_graph(galloc_id, graph, bufts, dyn, node_ids, leaf_ids, plain, plan_id, inplace_ops)
     j = 0
     while j < len(extras):  # rare: roots and sources outside the graph (may add more)
         k = extras[j]
@@ -272,7 +273,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
     emit = recorder.emit
     Refused = ev.PlanRefused
     RR = ev.RefuseReason
-    inplace_ops = _INPLACE_IDS
+    inplace_ids = _INPLACE_IDS if inplace_ops is INPLACE_OPS else frozenset(id(op) for op in inplace_ops)
     get = index.get
     node_row: dict[int, list[int]] = {}  # filled on first need (sources allocated early)
 
@@ -286,7 +287,7 @@ def plan_graph(galloc_id: int, graph: Graph, bufts: list[BufferType], dyn: list[
         # ``row``: its sources' indices when the caller has them
         st[k] = _OWN
         t = tensors[k]
-        if id(t.op) in inplace_ops:
+        if id(t.op) in inplace_ids:
             if row is None:
                 row = row_of(k)
             if row is None:

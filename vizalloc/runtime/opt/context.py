@@ -42,7 +42,7 @@ from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, gra
 from vizalloc.runtime.buffer import Buffer, Usage, pad
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
-from vizalloc.runtime.graph import GRAPH_DEFAULT_SIZE, Graph, dup_graph
+from vizalloc.runtime.graph import GRAPH_DEFAULT_SIZE, Graph, graph_deep_copy
 from vizalloc.runtime.opt.params import BuildType, Fix, LossType, OptimizerType, OptParams
 from vizalloc.runtime.opt.result import OptResult
 from vizalloc.runtime.opt.rng import MT19937
@@ -383,7 +383,7 @@ class OptContext:
                 self.ctx_copy.free()
             # ggml sizes ctx_copy for graph.size tensors
             self.ctx_copy = Context(name="opt_copy", max_tensors=graph.size)
-            copy = dup_graph(self.ctx_copy, graph)
+            copy = graph_deep_copy(self.ctx_copy, graph)
         else:
             if self.static_graphs and self.fix is Fix.CLEAR:
                 self._clear_compute_tensors()

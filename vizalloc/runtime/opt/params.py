@@ -54,7 +54,7 @@ class Fix(str, enum.Enum):
       cleared before the next one. Defeated when another graph is reserved in between.
     * ``clear``: after the reset, clear data/buffer/extra of every tensor of the compute
       context, views included; static tensors are untouched (semantics §7.5).
-    * ``dup``: allocate a deep copy of the graph every time (``dup_graph``), as ggml-opt does.
+    * ``dup``: allocate a deep copy of the graph every time (``graph_deep_copy``, ggml-opt's ``dup_graph``), as ggml-opt does.
       The original compute tensors never get memory. The default.
     * ``static``: the tensors shared between the graphs live in one static buffer
       allocated once, so the scheduler never plans them. Costs their bytes for good.

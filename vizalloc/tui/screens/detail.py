@@ -1,6 +1,7 @@
 """The tensor detail screen: a tensor's whole history (created, placed, cleared, read,
-written, freed) with source lines. ``m`` opens the memory map where it was last placed
-by a graph allocator; escape goes back.
+written, freed) with source lines; the row under the cursor is shown whole below the
+table. ``m`` opens the memory map where it was last placed by a graph allocator;
+escape goes back.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -68,6 +70,7 @@ class DetailScreen(Screen[None]):
         yield Static(id="title")
         yield Static(id="tensorhead")
         yield VirtualTable(id="history", classes="body")
+        yield Static(id="info")   # the row under the cursor, whole (the table cuts long cells)
         yield KeysBar()
 
     def on_mount(self) -> None:
@@ -95,6 +98,27 @@ class DetailScreen(Screen[None]):
         table = self.query_one("#history", VirtualTable)
         table.set_source(HistorySource(HistoryView(a.model, self.tensor_id)))
         table.focus()
+        self._show_row(table.cursor)
+
+    @on(VirtualTable.Highlighted, "#history")
+    def _highlighted(self, event: VirtualTable.Highlighted) -> None:
+        self._show_row(event.row)
+
+    def _show_row(self, i: int) -> None:
+        """The history row under the cursor, whole and wrapped: its seq, what happened and the
+        full source line."""
+        table = self.query_one("#history", VirtualTable)
+        src = table.source
+        info = self.query_one("#info", Static)
+        if not isinstance(src, HistorySource) or not len(src):
+            info.update("")
+            return
+        r = src.view.row(i)
+        text = Text()
+        text.append(f"seq {r.seq} {r.kind}: ", style="bold")
+        text.append(r.what)
+        text.append(f"\nat {r.where}", style="dim")
+        info.update(text)
 
     def action_map(self) -> None:
         from vizalloc.tui.app import MapTarget

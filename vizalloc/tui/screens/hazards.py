@@ -40,7 +40,8 @@ class HazardsSource:
         h = self.hazard(i)
         ranges = ", ".join(f"[{a}, {b})" for a, b in h.ranges[:2]) + (" …" if len(h.ranges) > 2 else "")
         where = (f"binding #{h.binding_id}" if h.binding_id >= 0
-                 else f"compute #{h.compute_id} n{h.node_index}" if h.compute_id >= 0 else h.cause)
+                 else f"compute #{h.compute_id}" + (f" n{h.node_index}" if h.node_index >= 0 else " host")
+                 if h.compute_id >= 0 else h.cause)
         return (h.kind.value, str(h.seq), inert(h.tensor.label, 120) if h.tensor else "",
                 inert(h.other.label, 120) if h.other else "", f"#{h.buffer_id}" if h.buffer_id >= 0 else "",
                 ranges, str(h.occurrences), inert(where, 40))

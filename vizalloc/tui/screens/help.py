@@ -77,13 +77,16 @@ def _content(below: Screen[Any], app: Any) -> tuple[list[tuple[str, str]], _Memo
     rows: list[tuple[str, str]] = []
     seen: set[str] = set()
     for source in sources:
-        # BINDINGS of the class and of its bases (a pane inherits the shared keys)
-        inherited = [b for cls in type(source).__mro__ for b in cls.__dict__.get("BINDINGS", [])]
+        # BINDINGS of the class and of its bases (a pane inherits the shared keys); only
+        # vizalloc's own: Textual's defaults (focus moves, "Copy selected text", its
+        # command palette) are not what these keys do here
+        inherited = [b for cls in type(source).__mro__ if cls.__module__.startswith("vizalloc.")
+                     for b in cls.__dict__.get("BINDINGS", [])]
         for b in inherited:
             if not isinstance(b, Binding) or b.key in seen:
                 continue
             seen.add(b.key)
-            rows.append((_key(b), b.description or b.action))
+            rows.append((_key(b), b.tooltip or b.description or b.action))
             table.add_row(Text(rows[-1][0]), Text(rows[-1][1]))
     for key, what in _NAV:
         table.add_row(Text(key, style="dim"), Text(what, style="dim"))

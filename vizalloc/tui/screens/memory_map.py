@@ -104,23 +104,38 @@ class MapScreen(PaneScreen):
                    selected=target.selected)
 
     def _head(self) -> None:
+        """Three lines: the binding and the buffer; its tensors and figures (as the layout
+        diagram and the summary give them, ``analysis.placed.buffer_figures``); the scale
+        and the legend."""
         head = Text()
         if self.bmap is None or self.panel is None:
             head.append("this binding placed nothing" if self.bmap is not None else "")
             set_static(self.query_one("#maphead", Static), head, layout=False)
             return
         p = self.panel
-        n_stale = sum(1 for b in p.blocks if b.stale)
+        fig = p.figures
+        head.no_wrap, head.overflow = True, "ellipsis"   # a narrow terminal cuts a line, never wraps it
         head.append(f"binding #{self.bmap.binding_id}", style="bold")
         head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
         head.append(inert(p.title), style="bold")
-        head.append(f" {fmt_bytes(p.nbytes)}  {len(p.blocks)} tensors, ")
-        head.append(f"{n_stale} stale", style="bold #ff5f5f" if n_stale else "")
-        head.append(", ")
-        head.append(f"{len(p.overlaps)} collisions", style="bold #ff5f5f" if p.overlaps else "")
+        head.append(f" {fmt_bytes(p.nbytes)}")
+        if fig is not None and fig.freed:
+            head.append(f"  FREED at event {fig.freed_seq}: its tensors dangle", style="bold #ff5f5f")
         others = [q.buffer_id for q in self.bmap.panels if q is not p]
         if others:
             head.append(f"  (b: buffers {', '.join('#' + str(i) for i in others)})", style="dim")
+        head.append("\n")
+        n_stale = sum(1 for b in p.blocks if b.stale)
+        head.append(f"{len(p.blocks)} tensors, ")
+        head.append(f"{n_stale} stale", style="bold #ff8787" if n_stale else "")
+        head.append(", ")
+        head.append(f"{len(p.overlaps)} collisions", style="bold #ff5f5f" if p.overlaps else "")
+        if fig is not None:
+            head.append(f" · peak {fmt_bytes(fig.highest)}")
+            if fig.max_live_step >= -1:
+                head.append(f" · max live {fmt_bytes(fig.max_live)} (step {step_label(fig.max_live_step, p.n_steps)})")
+            if fig.lower_bound is not None:
+                head.append(f" · lower bound {fmt_bytes(fig.lower_bound)}")
         head.append("\n")
         g = self.mmap.geom
         per_col = f"{g.steps_per_col} steps" if g.steps_per_col > 1 else "1 step"
@@ -132,7 +147,7 @@ class MapScreen(PaneScreen):
         head.append(" collision  ", style="dim")
         head.append("   ", style=STYLE_SELECTED)
         head.append(" selected", style="dim")
-        set_static(self.query_one("#maphead", Static), head, layout=False)  # two lines, always
+        set_static(self.query_one("#maphead", Static), head, layout=False)  # three lines, always
 
     # -- cursor -----------------------------------------------------------------------------
     @on(MemoryMap.CursorMoved, "#map")

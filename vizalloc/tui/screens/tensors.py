@@ -4,6 +4,8 @@ The table is virtual (only visible rows are drawn) and sorting uses a permutatio
 once per column with numpy, so 500,000 tensors sort and filter in well under a second.
 ``/`` filters by name, ``f`` by state; ``n`` ``b`` ``o`` ``u`` ``l`` ``s`` ``i`` sort by
 name, bytes, offset, first use, last use, state, id; ``r`` reverses; enter opens one.
+The "first seq" and "last seq" columns are the events (the timeline's seq) of the
+tensor's first and last use.
 """
 
 from __future__ import annotations
@@ -29,16 +31,24 @@ SORT_LABELS = {"id": "id", "name": "name", "nbytes": "bytes", "offset": "offset"
                "last": "last use", "state": "state", "op": "op"}
 
 
-class TensorsSource:
-    columns: Sequence[Column] = (
-        Column("id", 7, True), Column("name", 0), Column("op", 12), Column("shape", 14), Column("type", 5),
-        Column("buf", 4, True), Column("offset", 9, True), Column("bytes", 9, True), Column("first", 8, True),
-        Column("last", 8, True), Column("state", 8),
+def tensor_columns(name_cells: int = 0, op_cells: int = 0) -> tuple[Column, ...]:
+    """The tensors table's columns; name and op share the free width by what they need.
+    "first seq"/"last seq" are the events (the timeline's seq) of the first and last use."""
+    return (
+        Column("id", 7, True), Column("name", 0, natural=name_cells), Column("op", 0, natural=op_cells),
+        Column("shape", 14), Column("type", 5), Column("buf", 4, True), Column("offset", 9, True),
+        Column("bytes", 9, True), Column("first seq", 9, True), Column("last seq", 9, True), Column("state", 8),
     )
 
-    def __init__(self, rows: TensorRows, order: Sequence[int]) -> None:
+
+class TensorsSource:
+    columns: Sequence[Column] = tensor_columns()
+
+    def __init__(self, rows: TensorRows, order: Sequence[int], columns: Sequence[Column] | None = None) -> None:
         self.rows = rows
         self.order = order
+        if columns is not None:
+            self.columns = columns
 
     def __len__(self) -> int:
         return len(self.order)
@@ -64,15 +74,15 @@ class TensorsScreen(PaneScreen):
 
     PANE = "Tensors"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "sort('name')", "Name"),
-        Binding("b", "sort('nbytes')", "Bytes"),
-        Binding("o", "sort('offset')", "Offset", show=False),
-        Binding("u", "sort('first')", "First use", show=False),
-        Binding("l", "sort('last')", "Last use", show=False),
-        Binding("s", "sort('state')", "State", show=False),
-        Binding("i", "sort('id')", "Id", show=False),
-        Binding("r", "reverse", "Reverse"),
-        Binding("f", "state_filter", "State filter"),
+        Binding("n", "sort('name')", "Name", tooltip="sort by name (again: reversed)"),
+        Binding("b", "sort('nbytes')", "Bytes", tooltip="sort by bytes, largest first (again: reversed)"),
+        Binding("o", "sort('offset')", "Offset", show=False, tooltip="sort by offset (again: reversed)"),
+        Binding("u", "sort('first')", "First use", show=False, tooltip="sort by first use (first seq)"),
+        Binding("l", "sort('last')", "Last use", show=False, tooltip="sort by last use (last seq)"),
+        Binding("s", "sort('state')", "State", show=False, tooltip="sort by state"),
+        Binding("i", "sort('id')", "Id", show=False, tooltip="sort by id (creation order)"),
+        Binding("r", "reverse", "Reverse", tooltip="reverse the order"),
+        Binding("f", "state_filter", "State filter", tooltip="show one state only (again: the next state, then all)"),
     ]
 
     def __init__(self) -> None:
@@ -81,6 +91,7 @@ class TensorsScreen(PaneScreen):
         self.reverse = False
         self.state_filter: TensorState | None = None
         self.orders: TensorOrder | None = None
+        self.columns: Sequence[Column] = tensor_columns()
 
     def compose_body(self) -> Iterable[Widget]:
         yield VirtualTable(id="tensors", classes="body")
@@ -100,6 +111,11 @@ class TensorsScreen(PaneScreen):
         if a is None:
             return
         self.orders = a.tensor_order
+        rows = a.tensors
+        # the widest cells, as drawn (inert, at most 200 / 40 characters), so the name column
+        # takes no more than its longest name and the op is not cut for it
+        self.columns = tensor_columns(max((len(inert(n, 200)) for n in rows.names), default=4),
+                                      max((len(inert(o, 40)) for o in rows.ops), default=2))
         self._rebuild()
 
     def _rebuild(self, keep: bool = False) -> None:
@@ -108,7 +124,7 @@ class TensorsScreen(PaneScreen):
             return
         current = self._current_id() if keep else None
         order = self.orders.order(self.sort_key, self.reverse, self.filter_text, self.state_filter)
-        src = TensorsSource(a.tensors, order)
+        src = TensorsSource(a.tensors, order, self.columns)
         cursor = 0
         if current is not None:
             row = a.tensors.row_of.get(current)
@@ -135,7 +151,8 @@ class TensorsScreen(PaneScreen):
             text.append(inert(self.filter_text, 40), style="bold")
         if self.state_filter is not None:
             text.append(f", state {self.state_filter.value}")
-        text.append("   states: stale = skipped as external while its bytes were re-planned; fresh = planned; "
+        text.append("   first/last seq: the events (the timeline's seq) of its first and last use; "
+                    "states: stale = skipped as external while its bytes were re-planned; fresh = planned; "
                     "in-place = took over a parent's bytes", style="dim")
         self.set_info(text)
 

@@ -27,11 +27,50 @@ from vizalloc.tui.render import fit_cell, parsed_style
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A column: its header, width in cells (0: take what is left) and alignment."""
+    """A column: its header, width in cells (0: share what is left) and alignment.
+
+    ``natural`` (for a shared column): the most cells its cells need. The space left is
+    shared so that no such column takes more than it needs while another is cut; what
+    remains goes to the first shared column.
+    """
 
     label: str
     width: int
     right: bool = False
+    natural: int = 0
+
+
+def share_widths(columns: Sequence[Column], width: int) -> list[int]:
+    """Cells per column for a table ``width`` cells wide (one space between columns).
+
+        >>> cols = (Column("id", 4), Column("name", 0, natural=10), Column("op", 0, natural=20))
+        >>> share_widths(cols, 40)       # 33 cells to share: op gets its 20, name the rest
+        [4, 13, 20]
+        >>> share_widths(cols, 24)       # 17 to share: neither gets what it needs
+        [4, 9, 8]
+    """
+    fixed = sum(c.width + 1 for c in columns if c.width)
+    flex = [i for i, c in enumerate(columns) if not c.width]
+    rest = max(width - fixed - len(flex), 8)
+    widths = [c.width for c in columns]
+    # water-filling: the column needing least gets what it needs while that is under a fair share
+    open_ = sorted(flex, key=lambda i: columns[i].natural or 1 << 30)
+    while open_:
+        share = rest // len(open_)
+        i = open_[0]
+        need = columns[i].natural
+        if need and need <= share:
+            widths[i] = max(need, 4)
+            rest -= widths[i]
+            open_.pop(0)
+            continue
+        for k, j in enumerate(open_):
+            widths[j] = max(share + (1 if k < rest % len(open_) else 0), 4)
+        rest = 0
+        break
+    if rest > 0 and flex:   # every shared column got what it needs: the first takes the rest
+        widths[flex[0]] += rest
+    return widths
 
 
 class TableSource(Protocol):
@@ -182,11 +221,7 @@ class VirtualTable(Widget, can_focus=True):
 
     # -- drawing ------------------------------------------------------------------
     def _widths(self, width: int) -> list[int]:
-        cols = self.source.columns
-        fixed = sum(c.width + 1 for c in cols if c.width)
-        flex = [c for c in cols if not c.width]
-        rest = max(width - fixed - len(flex), 8)
-        return [c.width if c.width else max(rest // max(len(flex), 1), 4) for c in cols]
+        return share_widths(self.source.columns, width)
 
     def _line(self, cells: Sequence[str], widths: list[int], width: int) -> str:
         cols = self.source.columns

@@ -1,0 +1,1516 @@
+/*
+ * vizalloc's capture library: preloaded into an unmodified ggml process (LD_PRELOAD), it
+ * defines ggml's exported allocator, scheduler and buffer functions, records what each call
+ * saw and did, and forwards to the real function.
+ *
+ * Why this works: ggml's shared libraries call their own exported functions through the
+ * PLT, so a preloaded definition is found first, also for calls inside libggml-base. A
+ * library that Python loaded with RTLD_LOCAL (ggml-python, xllamacpp) is invisible to
+ * dlsym(RTLD_NEXT), so the real function is found by walking the loaded objects.
+ *
+ * What is recorded (format: vizalloc/capture/rawfile.py, which is the one reader):
+ * raw `struct ggml_tensor` bytes of every tensor a call touches (only when they changed
+ * since they were last written, so a placement is one small record), the node and leaf
+ * lists of every planned or computed graph, buffers with base/size/usage, buffer types,
+ * and the names ggml itself gives to types and ops. Interpretation of the bytes happens
+ * in Python against a layout that this file checks with ggml's own accessors first.
+ *
+ * Durability: records go to a memory buffer that is written out at the end of every graph
+ * compute and plan, whenever 100 ms have passed, when it fills, at exit, and from fatal
+ * signal handlers; a SIGKILL loses at most what came after the last of these.
+ *
+ * Nothing here may change the program's results: every hook forwards its arguments
+ * untouched and returns the real function's result; recording failures disable recording.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VZ_EXPORT __attribute__((visibility("default")))
+#define VZ_LOCAL static
+
+/* ------------------------------------------------------------------------------------ */
+/* record kinds: keep in sync with vizalloc/capture/rawfile.py                          */
+
+enum {
+    R_HELLO = 1,        /* pid, ppid, t_ns, exe path */
+    R_LIBRARY = 2,      /* lib id, status, tensor size, graph layout ok, version, commit, path, reason */
+    R_TYPE = 3,         /* lib, type id, blck size, type size, name */
+    R_OP = 4,           /* lib, family (0 op, 1 unary, 2 glu), id, name */
+    R_BUFT = 5,         /* lib, buft, alignment, max size, is host, name */
+    R_BUFFER = 6,       /* lib, buffer, buft, base, size, usage, how, owner galloc, call id */
+    R_BUFFER_FREE = 7,  /* buffer, call id */
+    R_BUFFER_CLEAR = 8, /* buffer, value */
+    R_BUFFER_USAGE = 9, /* buffer, usage */
+    R_TENSOR = 10,      /* lib, address, raw struct bytes */
+    R_CALL = 11,        /* begin: call id, parent call, kind, lib, object, graph, t_ns, payload */
+    R_RETURN = 12,      /* call id, kind, result, t_ns, payload */
+    R_PLACE = 13,       /* call id, kind (tensor_alloc / view_init), tensor, buffer, address, result */
+    R_GALLOC = 14,      /* lib, galloc, sched, n, bufts[n] */
+    R_SCHED = 15,       /* lib, sched, n backends, galloc?, per backend: backend ptr, buft, name */
+    R_BYE = 16,         /* counts, loaded objects defining ggml */
+    R_NOTE = 17,        /* free text: something the capture could not do */
+    R_ALLOC_SIZE = 18,  /* lib, buft, tensor, alloc size (only where it differs from ggml_nbytes) */
+    R_BACKEND = 19,     /* lib, backend, name */
+    R_IO = 20,          /* kind (set, get, memset, copy), tensor, offset, size, source tensor (copy) */
+};
+
+enum {
+    C_GALLOC_RESERVE_N = 1,
+    C_GALLOC_ALLOC_GRAPH = 2,
+    C_GALLOC_RESERVE_N_SIZE = 3,
+    C_GALLOC_FREE = 4,
+    C_SCHED_RESERVE = 5,
+    C_SCHED_ALLOC_GRAPH = 6,
+    C_SCHED_RESET = 7,
+    C_SCHED_COMPUTE = 8,
+    C_SCHED_COMPUTE_ASYNC = 9,
+    C_BACKEND_COMPUTE = 10,
+    C_BACKEND_COMPUTE_ASYNC = 11,
+    C_SCHED_RESERVE_SIZE = 12,
+    C_SCHED_FREE = 13,
+    C_BUFT_ALLOC_BUFFER = 14,
+    C_BUFFER_RESET = 15,
+};
+
+enum { PLACE_TENSOR_ALLOC = 1, PLACE_VIEW_INIT = 2 };
+enum { IO_SET = 1, IO_GET = 2, IO_MEMSET = 3, IO_COPY = 4 };
+
+/* ------------------------------------------------------------------------------------ */
+/* the tensor and graph layouts this file knows (ggml 0.15.3 ... 0.26.0: identical)      */
+
+#define TENSOR_SIZE_KNOWN 336
+#define OFF_TYPE 0
+#define OFF_BUFFER 8
+#define OFF_NE 16
+#define OFF_NB 48
+#define OFF_OP 80
+#define OFF_OP_PARAMS 84
+#define OFF_FLAGS 148
+#define OFF_SRC 152
+#define OFF_VIEW_SRC 232
+#define OFF_VIEW_OFFS 240
+#define OFF_DATA 248
+#define OFF_NAME 256
+#define MAX_SRC 10
+#define GGML_OBJECT_SIZE 32
+/* struct ggml_cgraph: int size, n_nodes, n_leafs; then nodes, grads, grad_accs, leafs */
+#define G_OFF_SIZE 0
+#define G_OFF_N_NODES 4
+#define G_OFF_N_LEAFS 8
+#define G_OFF_NODES 16
+#define G_OFF_LEAFS 40
+#define OP_UNARY_NAME "UNARY"
+#define OP_GLU_NAME "GLU"
+
+#define RD(T, p, off) (*(T *)((const char *)(p) + (off)))
+
+/* ------------------------------------------------------------------------------------ */
+/* the real functions and ggml's accessors, per loaded ggml (a process may hold several)  */
+
+typedef void *ptr;
+typedef struct {
+    int id;
+    void *handle;
+    void *base; /* where the object is loaded */
+    char path[PATH_MAX];
+    int status; /* 0 unchecked, 1 layout ok, -1 refused */
+    int graph_ok;
+    /* hooked */
+    ptr (*gallocr_new)(ptr);
+    ptr (*gallocr_new_n)(ptr *, int);
+    void (*gallocr_free)(ptr);
+    bool (*gallocr_reserve)(ptr, ptr);
+    bool (*gallocr_reserve_n)(ptr, ptr, const int *, const int *);
+    void (*gallocr_reserve_n_size)(ptr, ptr, const int *, const int *, size_t *);
+    bool (*gallocr_alloc_graph)(ptr, ptr);
+    ptr (*sched_new)(ptr *, ptr *, int, size_t, bool, bool);
+    void (*sched_free)(ptr);
+    bool (*sched_reserve)(ptr, ptr);
+    void (*sched_reserve_size)(ptr, ptr, size_t *);
+    bool (*sched_alloc_graph)(ptr, ptr);
+    void (*sched_reset)(ptr);
+    int (*sched_graph_compute)(ptr, ptr);
+    int (*sched_graph_compute_async)(ptr, ptr);
+    int (*backend_graph_compute)(ptr, ptr);
+    int (*backend_graph_compute_async)(ptr, ptr);
+    ptr (*buft_alloc_buffer)(ptr, size_t);
+    void (*buffer_free)(ptr);
+    void (*buffer_clear)(ptr, uint8_t);
+    void (*buffer_set_usage)(ptr, int);
+    void (*buffer_reset)(ptr);
+    int (*tensor_alloc)(ptr, ptr, ptr);
+    int (*view_init)(ptr);
+    void (*tensor_set)(ptr, const void *, size_t, size_t);
+    void (*tensor_get)(const void *, void *, size_t, size_t);
+    void (*tensor_set_async)(ptr, ptr, const void *, size_t, size_t);
+    void (*tensor_get_async)(ptr, const void *, void *, size_t, size_t);
+    void (*tensor_memset)(ptr, uint8_t, size_t, size_t);
+    void (*tensor_copy)(ptr, ptr);
+    /* accessors (never hooked) */
+    const char *(*version)(void);
+    const char *(*commit)(void);
+    size_t (*tensor_overhead)(void);
+    size_t (*nbytes)(const void *);
+    const char *(*get_name)(const void *);
+    int64_t (*blck_size)(int);
+    size_t (*type_size)(int);
+    const char *(*type_name)(int);
+    const char *(*op_name)(int);
+    const char *(*unary_op_name)(int);
+    const char *(*glu_op_name)(int);
+    int (*graph_n_nodes)(ptr);
+    ptr *(*graph_nodes)(ptr);
+    int (*graph_size)(ptr);
+    ptr (*buffer_get_base)(ptr);
+    size_t (*buffer_get_size)(ptr);
+    ptr (*buffer_get_type)(ptr);
+    int (*buffer_get_usage)(ptr);
+    bool (*buffer_is_multi)(ptr);
+    const char *(*buft_name)(ptr);
+    size_t (*buft_get_alignment)(ptr);
+    size_t (*buft_get_max_size)(ptr);
+    size_t (*buft_get_alloc_size)(ptr, const void *);
+    bool (*buft_is_host)(ptr);
+    const char *(*backend_name)(ptr);
+    ptr (*backend_get_default_buffer_type)(ptr);
+    int (*sched_get_n_splits)(ptr);
+    int (*sched_get_n_backends)(ptr);
+    ptr (*sched_get_backend)(ptr, int);
+    ptr (*sched_get_tensor_backend)(ptr, ptr);
+    ptr (*sched_get_buffer_type)(ptr, ptr);
+    /* names already written */
+    unsigned char type_seen[256];
+    unsigned char op_seen[3][256];
+} ggml_lib;
+
+#define MAX_LIBS 8
+VZ_LOCAL ggml_lib g_libs[MAX_LIBS];
+VZ_LOCAL int g_n_libs;
+VZ_LOCAL pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ------------------------------------------------------------------------------------ */
+/* output                                                                               */
+
+#define BUF_CAP (1u << 20)
+VZ_LOCAL char g_buf[BUF_CAP];
+VZ_LOCAL size_t g_len;
+VZ_LOCAL int g_fd = -1;
+VZ_LOCAL int g_disabled;
+VZ_LOCAL pid_t g_pid;
+VZ_LOCAL uint64_t g_last_flush_ns;
+VZ_LOCAL uint64_t g_next_call = 1;
+VZ_LOCAL uint64_t g_counts[32];
+VZ_LOCAL __thread uint64_t t_call;  /* innermost open call of this thread */
+VZ_LOCAL __thread ptr t_galloc;     /* the graph allocator whose call is running */
+VZ_LOCAL __thread int t_inside;     /* >0 while this thread is inside our own code */
+
+VZ_LOCAL uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+VZ_LOCAL uint64_t coarse_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+VZ_LOCAL void write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            g_disabled = 1; /* disk full or closed: stop recording, keep the program running */
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+VZ_LOCAL void open_output(void);
+
+/* called with g_lock held (or from a signal handler, where a torn last record is possible
+ * and the reader stops at it) */
+VZ_LOCAL void flush_locked(void) {
+    if (g_len == 0) return;
+    if (g_fd < 0) open_output();
+    if (g_fd >= 0) write_all(g_fd, g_buf, g_len);
+    g_len = 0;
+    g_last_flush_ns = coarse_ns();
+}
+
+VZ_LOCAL void open_output(void) {
+    if (g_fd >= 0 || g_disabled) return;
+    const char *dir = getenv("VIZALLOC_CAPTURE_DIR");
+    if (dir == NULL || dir[0] == '\0') {
+        g_disabled = 1;
+        return;
+    }
+    char path[PATH_MAX];
+    g_pid = getpid();
+    if (snprintf(path, sizeof path, "%s/capture.%d.vzcap", dir, (int)g_pid) >= (int)sizeof path) {
+        g_disabled = 1;
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        g_disabled = 1;
+        return;
+    }
+    g_fd = fd;
+    static const char magic[16] = "VZCAPTURE\0\0\0\1\0\0\0"; /* name, format version 1 */
+    write_all(fd, magic, sizeof magic);
+}
+
+/* A record: u16 kind, u16 reserved, u32 payload length, payload. */
+typedef struct {
+    char *p;
+    size_t len;
+    size_t cap;
+    int ok;
+} rec;
+
+VZ_LOCAL char g_scratch[BUF_CAP];
+
+VZ_LOCAL void rec_begin(rec *r, int kind) {
+    r->p = g_scratch;
+    r->cap = sizeof g_scratch;
+    r->len = 8;
+    r->ok = 1;
+    uint16_t k = (uint16_t)kind;
+    memcpy(r->p, &k, 2);
+    memset(r->p + 2, 0, 6);
+}
+
+VZ_LOCAL void rec_put(rec *r, const void *data, size_t n) {
+    if (!r->ok || r->len + n > r->cap) {
+        r->ok = 0;
+        return;
+    }
+    memcpy(r->p + r->len, data, n);
+    r->len += n;
+}
+
+VZ_LOCAL void rec_u64(rec *r, uint64_t v) { rec_put(r, &v, 8); }
+VZ_LOCAL void rec_i64(rec *r, int64_t v) { rec_put(r, &v, 8); }
+VZ_LOCAL void rec_ptr(rec *r, const void *v) { rec_u64(r, (uint64_t)(uintptr_t)v); }
+VZ_LOCAL void rec_str(rec *r, const char *s) {
+    uint32_t n = s ? (uint32_t)strnlen(s, 4096) : 0;
+    rec_put(r, &n, 4);
+    if (n) rec_put(r, s, n);
+}
+
+/* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
+ * parts by the caller (see put_graph), so a record never needs more than BUF_CAP. */
+VZ_LOCAL void rec_end(rec *r) {
+    if (!r->ok || g_disabled) return;
+    uint32_t payload = (uint32_t)(r->len - 8);
+    memcpy(r->p + 4, &payload, 4);
+    if (g_len + r->len > BUF_CAP) flush_locked();
+    if (r->len > BUF_CAP) return; /* cannot happen: scratch is BUF_CAP */
+    memcpy(g_buf + g_len, r->p, r->len);
+    g_len += r->len;
+    if (coarse_ns() - g_last_flush_ns > 100000000ull) flush_locked();
+}
+
+VZ_LOCAL void note(const char *fmt, const char *a, const char *b) {
+    char text[4096];
+    snprintf(text, sizeof text, fmt, a ? a : "", b ? b : "");
+    rec r;
+    rec_begin(&r, R_NOTE);
+    rec_str(&r, text);
+    rec_end(&r);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* finding the real functions                                                           */
+
+VZ_LOCAL void *self_base(void) {
+    Dl_info info;
+    if (dladdr((void *)&self_base, &info)) return info.dli_fbase;
+    return NULL;
+}
+
+typedef struct {
+    const char *symbol;
+    void *self_base;
+    void *found_handle;
+    char found_path[PATH_MAX];
+} find_ctx;
+
+VZ_LOCAL int find_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    find_ctx *fc = data;
+    const char *name = info->dlpi_name;
+    if (name == NULL || name[0] == '\0' || (void *)info->dlpi_addr == fc->self_base) return 0;
+    void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) return 0;
+    void *sym = dlsym(h, fc->symbol);
+    Dl_info di;
+    /* the definition must live in this very object, not in one of its dependencies */
+    if (sym != NULL && dladdr(sym, &di) && (uintptr_t)di.dli_fbase == (uintptr_t)info->dlpi_addr) {
+        fc->found_handle = h;
+        snprintf(fc->found_path, sizeof fc->found_path, "%s", name);
+        return 1;
+    }
+    dlclose(h);
+    return 0;
+}
+
+#define LOAD(lib, field, name) (lib)->field = (__typeof__((lib)->field))dlsym((lib)->handle, name)
+
+VZ_LOCAL void load_lib_symbols(ggml_lib *L) {
+    LOAD(L, gallocr_new, "ggml_gallocr_new");
+    LOAD(L, gallocr_new_n, "ggml_gallocr_new_n");
+    LOAD(L, gallocr_free, "ggml_gallocr_free");
+    LOAD(L, gallocr_reserve, "ggml_gallocr_reserve");
+    LOAD(L, gallocr_reserve_n, "ggml_gallocr_reserve_n");
+    LOAD(L, gallocr_reserve_n_size, "ggml_gallocr_reserve_n_size");
+    LOAD(L, gallocr_alloc_graph, "ggml_gallocr_alloc_graph");
+    LOAD(L, sched_new, "ggml_backend_sched_new");
+    LOAD(L, sched_free, "ggml_backend_sched_free");
+    LOAD(L, sched_reserve, "ggml_backend_sched_reserve");
+    LOAD(L, sched_reserve_size, "ggml_backend_sched_reserve_size");
+    LOAD(L, sched_alloc_graph, "ggml_backend_sched_alloc_graph");
+    LOAD(L, sched_reset, "ggml_backend_sched_reset");
+    LOAD(L, sched_graph_compute, "ggml_backend_sched_graph_compute");
+    LOAD(L, sched_graph_compute_async, "ggml_backend_sched_graph_compute_async");
+    LOAD(L, backend_graph_compute, "ggml_backend_graph_compute");
+    LOAD(L, backend_graph_compute_async, "ggml_backend_graph_compute_async");
+    LOAD(L, buft_alloc_buffer, "ggml_backend_buft_alloc_buffer");
+    LOAD(L, buffer_free, "ggml_backend_buffer_free");
+    LOAD(L, buffer_clear, "ggml_backend_buffer_clear");
+    LOAD(L, buffer_set_usage, "ggml_backend_buffer_set_usage");
+    LOAD(L, buffer_reset, "ggml_backend_buffer_reset");
+    LOAD(L, tensor_alloc, "ggml_backend_tensor_alloc");
+    LOAD(L, view_init, "ggml_backend_view_init");
+    LOAD(L, tensor_set, "ggml_backend_tensor_set");
+    LOAD(L, tensor_get, "ggml_backend_tensor_get");
+    LOAD(L, tensor_set_async, "ggml_backend_tensor_set_async");
+    LOAD(L, tensor_get_async, "ggml_backend_tensor_get_async");
+    LOAD(L, tensor_memset, "ggml_backend_tensor_memset");
+    LOAD(L, tensor_copy, "ggml_backend_tensor_copy");
+    LOAD(L, version, "ggml_version");
+    LOAD(L, commit, "ggml_commit");
+    LOAD(L, tensor_overhead, "ggml_tensor_overhead");
+    LOAD(L, nbytes, "ggml_nbytes");
+    LOAD(L, get_name, "ggml_get_name");
+    LOAD(L, blck_size, "ggml_blck_size");
+    LOAD(L, type_size, "ggml_type_size");
+    LOAD(L, type_name, "ggml_type_name");
+    LOAD(L, op_name, "ggml_op_name");
+    LOAD(L, unary_op_name, "ggml_unary_op_name");
+    LOAD(L, glu_op_name, "ggml_glu_op_name");
+    LOAD(L, graph_n_nodes, "ggml_graph_n_nodes");
+    LOAD(L, graph_nodes, "ggml_graph_nodes");
+    LOAD(L, graph_size, "ggml_graph_size");
+    LOAD(L, buffer_get_base, "ggml_backend_buffer_get_base");
+    LOAD(L, buffer_get_size, "ggml_backend_buffer_get_size");
+    LOAD(L, buffer_get_type, "ggml_backend_buffer_get_type");
+    LOAD(L, buffer_get_usage, "ggml_backend_buffer_get_usage");
+    LOAD(L, buffer_is_multi, "ggml_backend_buffer_is_multi_buffer");
+    LOAD(L, buft_name, "ggml_backend_buft_name");
+    LOAD(L, buft_get_alignment, "ggml_backend_buft_get_alignment");
+    LOAD(L, buft_get_max_size, "ggml_backend_buft_get_max_size");
+    LOAD(L, buft_get_alloc_size, "ggml_backend_buft_get_alloc_size");
+    LOAD(L, buft_is_host, "ggml_backend_buft_is_host");
+    LOAD(L, backend_name, "ggml_backend_name");
+    LOAD(L, backend_get_default_buffer_type, "ggml_backend_get_default_buffer_type");
+    LOAD(L, sched_get_n_splits, "ggml_backend_sched_get_n_splits");
+    LOAD(L, sched_get_n_backends, "ggml_backend_sched_get_n_backends");
+    LOAD(L, sched_get_backend, "ggml_backend_sched_get_backend");
+    LOAD(L, sched_get_tensor_backend, "ggml_backend_sched_get_tensor_backend");
+    LOAD(L, sched_get_buffer_type, "ggml_backend_sched_get_buffer_type");
+}
+
+VZ_LOCAL void check_layout(ggml_lib *L);
+
+VZ_LOCAL ggml_lib *add_lib(void *handle, const char *path) {
+    for (int i = 0; i < g_n_libs; i++) {
+        if (strcmp(g_libs[i].path, path) == 0) {
+            dlclose(handle);
+            return &g_libs[i];
+        }
+    }
+    if (g_n_libs >= MAX_LIBS) {
+        dlclose(handle);
+        return NULL;
+    }
+    ggml_lib *L = &g_libs[g_n_libs];
+    memset(L, 0, sizeof *L);
+    L->id = g_n_libs;
+    L->handle = handle;
+    snprintf(L->path, sizeof L->path, "%s", path);
+    load_lib_symbols(L);
+    if (L->tensor_alloc) {
+        Dl_info di;
+        if (dladdr((void *)L->tensor_alloc, &di)) L->base = di.dli_fbase;
+    }
+    g_n_libs++;
+    check_layout(L);
+    return L;
+}
+
+/* The object that defines `sym`, as a library entry. */
+VZ_LOCAL ggml_lib *lib_of_symbol(void *sym) {
+    Dl_info di;
+    if (sym == NULL || !dladdr(sym, &di) || di.dli_fbase == self_base() || di.dli_fname == NULL) return NULL;
+    for (int i = 0; i < g_n_libs; i++)
+        if (g_libs[i].base == di.dli_fbase) return &g_libs[i];
+    void *h = dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) return NULL;
+    return add_lib(h, di.dli_fname);
+}
+
+/* Every ggml in the process that defines `symbol`: the one after us in the global scope
+ * (a program linked against libggml), then any loaded with RTLD_LOCAL (Python extensions). */
+VZ_LOCAL void discover(const char *symbol) {
+    lib_of_symbol(dlsym(RTLD_NEXT, symbol));
+    find_ctx fc = {symbol, self_base(), NULL, {0}};
+    dl_iterate_phdr(find_cb, &fc);
+    if (fc.found_handle) {
+        void *sym = dlsym(fc.found_handle, symbol);
+        dlclose(fc.found_handle);
+        lib_of_symbol(sym);
+    }
+}
+
+/* which ggml a call site belongs to, by return address (call sites are few) */
+#define SITE_CACHE 512
+VZ_LOCAL struct {
+    void *site;
+    ggml_lib *lib;
+} g_sites[SITE_CACHE];
+
+/* The ggml whose `symbol` a call from `caller` meant: the caller's own library when it is a
+ * ggml (calls inside ggml), else the ggml the caller links to, else the first one found
+ * (calls from Python's ctypes, which links to none). */
+VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
+    size_t slot = ((uintptr_t)caller >> 2) % SITE_CACHE;
+    if (caller && g_sites[slot].site == caller) return g_sites[slot].lib;
+    if (g_n_libs == 0) discover(symbol);
+    ggml_lib *found = NULL;
+    Dl_info ci;
+    if (caller && dladdr(caller, &ci)) {
+        for (int i = 0; i < g_n_libs && !found; i++)
+            if (g_libs[i].base == ci.dli_fbase) found = &g_libs[i];
+        if (!found && ci.dli_fname && ci.dli_fbase != self_base()) {
+            void *h = dlopen(ci.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+            if (h) {
+                found = lib_of_symbol(dlsym(h, symbol));
+                dlclose(h);
+            }
+        }
+    }
+    if (!found && g_n_libs == 0) discover(symbol);
+    if (!found && g_n_libs > 0) found = &g_libs[0];
+    if (found && caller) {
+        g_sites[slot].site = caller;
+        g_sites[slot].lib = found;
+    }
+    return found;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* layout check and the records that describe things                                    */
+
+VZ_LOCAL void put_library(ggml_lib *L, const char *reason) {
+    rec r;
+    rec_begin(&r, R_LIBRARY);
+    rec_i64(&r, L->id);
+    rec_i64(&r, L->status);
+    rec_u64(&r, L->tensor_overhead ? L->tensor_overhead() - GGML_OBJECT_SIZE : 0);
+    rec_i64(&r, L->graph_ok);
+    rec_str(&r, L->version ? L->version() : "unknown");
+    rec_str(&r, L->commit ? L->commit() : "unknown");
+    rec_str(&r, L->path);
+    rec_str(&r, reason);
+    rec_end(&r);
+}
+
+VZ_LOCAL void check_layout(ggml_lib *L) {
+    const char *missing = NULL;
+    if (!L->tensor_alloc) missing = "ggml_backend_tensor_alloc";
+    else if (!L->tensor_overhead) missing = "ggml_tensor_overhead";
+    else if (!L->nbytes) missing = "ggml_nbytes";
+    else if (!L->get_name) missing = "ggml_get_name";
+    else if (!L->type_name || !L->blck_size || !L->type_size) missing = "ggml_type_name";
+    else if (!L->op_name) missing = "ggml_op_name";
+    else if (!L->graph_n_nodes || !L->graph_nodes || !L->graph_size) missing = "ggml_graph_n_nodes";
+    else if (!L->buffer_get_base || !L->buffer_get_size || !L->buffer_get_type) missing = "ggml_backend_buffer_get_base";
+    else if (!L->buft_name || !L->buft_get_alignment || !L->buft_get_max_size) missing = "ggml_backend_buft_name";
+    if (missing) {
+        L->status = -1;
+        char why[256];
+        snprintf(why, sizeof why, "the library does not export %s", missing);
+        put_library(L, why);
+        return;
+    }
+    size_t size = L->tensor_overhead() - GGML_OBJECT_SIZE;
+    if (size != TENSOR_SIZE_KNOWN) {
+        L->status = -1;
+        char why[256];
+        snprintf(why, sizeof why, "struct ggml_tensor is %zu bytes; vizalloc knows the %d-byte layout", size,
+                 TENSOR_SIZE_KNOWN);
+        put_library(L, why);
+        return;
+    }
+    L->status = 0; /* size fits; the fields are checked on the first tensor seen */
+    L->graph_ok = 0;
+}
+
+/* Checked on the first real tensor: the name and the byte span computed from the fields at
+ * our offsets must agree with ggml's own accessors. */
+VZ_LOCAL int tensor_layout_ok(ggml_lib *L, const void *t) {
+    if (L->status != 0) return L->status == 1;
+    const char *why = NULL;
+    if (L->get_name(t) != (const char *)t + OFF_NAME) why = "ggml_get_name points elsewhere";
+    int type = RD(int, t, OFF_TYPE);
+    if (!why && (type < 0 || type > 255)) why = "the type field is out of range";
+    if (!why) {
+        int64_t blck = L->blck_size(type);
+        size_t tsize = L->type_size(type);
+        const int64_t *ne = (const int64_t *)((const char *)t + OFF_NE);
+        const size_t *nb = (const size_t *)((const char *)t + OFF_NB);
+        size_t expect = 0;
+        int empty = 0;
+        for (int i = 0; i < 4; i++)
+            if (ne[i] <= 0) empty = 1;
+        if (!empty && blck > 0) {
+            if (blck == 1) {
+                expect = tsize;
+                for (int i = 0; i < 4; i++) expect += (size_t)(ne[i] - 1) * nb[i];
+            } else {
+                expect = (size_t)ne[0] * nb[0] / (size_t)blck;
+                for (int i = 1; i < 4; i++) expect += (size_t)(ne[i] - 1) * nb[i];
+            }
+        }
+        if (L->nbytes(t) != expect) why = "ggml_nbytes disagrees with ne/nb read at the known offsets";
+    }
+    if (why) {
+        L->status = -1;
+        put_library(L, why);
+        return 0;
+    }
+    L->status = 1;
+    put_library(L, "");
+    return 1;
+}
+
+VZ_LOCAL int graph_layout_ok(ggml_lib *L, void *g) {
+    if (L->graph_ok != 0) return L->graph_ok == 1;
+    int ok = RD(int, g, G_OFF_SIZE) == L->graph_size(g) && RD(int, g, G_OFF_N_NODES) == L->graph_n_nodes(g) &&
+             RD(void *, g, G_OFF_NODES) == (void *)L->graph_nodes(g);
+    int n_leafs = RD(int, g, G_OFF_N_LEAFS);
+    if (ok && (n_leafs < 0 || n_leafs > RD(int, g, G_OFF_SIZE))) ok = 0;
+    L->graph_ok = ok ? 1 : -1;
+    if (!ok) note("struct ggml_cgraph does not have the known layout (size, n_nodes, n_leafs, nodes, ..., leafs)%s%s",
+                  "", "");
+    return ok;
+}
+
+VZ_LOCAL void put_type(ggml_lib *L, int type) {
+    if (type < 0 || type > 255 || L->type_seen[type]) return;
+    L->type_seen[type] = 1;
+    rec r;
+    rec_begin(&r, R_TYPE);
+    rec_i64(&r, L->id);
+    rec_i64(&r, type);
+    rec_i64(&r, L->blck_size(type));
+    rec_u64(&r, L->type_size(type));
+    rec_str(&r, L->type_name(type));
+    rec_end(&r);
+}
+
+VZ_LOCAL void put_op(ggml_lib *L, int family, int id) {
+    if (id < 0 || id > 255 || L->op_seen[family][id]) return;
+    const char *name = NULL;
+    if (family == 0) name = L->op_name(id);
+    else if (family == 1 && L->unary_op_name) name = L->unary_op_name(id);
+    else if (family == 2 && L->glu_op_name) name = L->glu_op_name(id);
+    if (name == NULL) return;
+    L->op_seen[family][id] = 1;
+    rec r;
+    rec_begin(&r, R_OP);
+    rec_i64(&r, L->id);
+    rec_i64(&r, family);
+    rec_i64(&r, id);
+    rec_str(&r, name);
+    rec_end(&r);
+}
+
+/* buffer types and buffers already described, by address (small open-addressing sets) */
+#define PSET_CAP 4096
+typedef struct {
+    uintptr_t key[PSET_CAP];
+} pset;
+VZ_LOCAL pset g_bufts, g_buffers;
+
+VZ_LOCAL int pset_has(pset *s, const void *p) {
+    uintptr_t k = (uintptr_t)p;
+    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
+        if (s->key[i] == k) return 1;
+        if (s->key[i] == 0) return 0;
+    }
+    return 0;
+}
+
+VZ_LOCAL void pset_add(pset *s, const void *p) {
+    uintptr_t k = (uintptr_t)p;
+    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
+        if (s->key[i] == k) return;
+        if (s->key[i] == 0 || s->key[i] == 1) {
+            s->key[i] = k;
+            return;
+        }
+    }
+}
+
+VZ_LOCAL void pset_del(pset *s, const void *p) {
+    uintptr_t k = (uintptr_t)p;
+    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
+        if (s->key[i] == k) {
+            s->key[i] = 1; /* tombstone */
+            return;
+        }
+        if (s->key[i] == 0) return;
+    }
+}
+
+VZ_LOCAL void put_buft(ggml_lib *L, void *buft) {
+    if (buft == NULL || pset_has(&g_bufts, buft)) return;
+    pset_add(&g_bufts, buft);
+    rec r;
+    rec_begin(&r, R_BUFT);
+    rec_i64(&r, L->id);
+    rec_ptr(&r, buft);
+    rec_u64(&r, L->buft_get_alignment(buft));
+    rec_u64(&r, L->buft_get_max_size(buft));
+    rec_i64(&r, L->buft_is_host ? L->buft_is_host(buft) : 1);
+    rec_str(&r, L->buft_name(buft));
+    rec_end(&r);
+}
+
+enum { HOW_ALLOC = 1, HOW_SEEN = 2 };
+
+VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
+    if (buffer == NULL) return;
+    if (how == HOW_SEEN && pset_has(&g_buffers, buffer)) return;
+    pset_add(&g_buffers, buffer);
+    void *buft = L->buffer_get_type(buffer);
+    put_buft(L, buft);
+    rec r;
+    rec_begin(&r, R_BUFFER);
+    rec_i64(&r, L->id);
+    rec_ptr(&r, buffer);
+    rec_ptr(&r, buft);
+    /* a multi-buffer (weights split over several buffers) has no base of its own: ggml's
+     * get_base would call a missing function */
+    int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
+    rec_ptr(&r, (L->buffer_get_size(buffer) && !multi) ? L->buffer_get_base(buffer) : NULL);
+    rec_u64(&r, L->buffer_get_size(buffer));
+    rec_i64(&r, L->buffer_get_usage ? L->buffer_get_usage(buffer) : -1);
+    rec_i64(&r, how | (multi ? 4 : 0));
+    rec_ptr(&r, t_galloc);
+    rec_u64(&r, t_call);
+    rec_end(&r);
+}
+
+/* Last written bytes of each tensor address, so a tensor is written again only when it
+ * changed. Open addressing with linear probing; grows by doubling. */
+typedef struct {
+    uintptr_t addr;
+    unsigned char bytes[TENSOR_SIZE_KNOWN];
+} tslot;
+VZ_LOCAL tslot *g_tensors;
+VZ_LOCAL size_t g_tcap, g_tcount;
+
+VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
+    if (g_tcount * 2 >= g_tcap) {
+        size_t ncap = g_tcap ? g_tcap * 2 : 8192;
+        tslot *n = calloc(ncap, sizeof *n);
+        if (n == NULL) return NULL;
+        for (size_t i = 0; i < g_tcap; i++) {
+            if (g_tensors[i].addr == 0) continue;
+            size_t j = (g_tensors[i].addr >> 4) & (ncap - 1);
+            while (n[j].addr) j = (j + 1) & (ncap - 1);
+            n[j] = g_tensors[i];
+        }
+        free(g_tensors);
+        g_tensors = n;
+        g_tcap = ncap;
+    }
+    size_t j = (addr >> 4) & (g_tcap - 1);
+    while (g_tensors[j].addr && g_tensors[j].addr != addr) j = (j + 1) & (g_tcap - 1);
+    if (g_tensors[j].addr == 0) {
+        g_tensors[j].addr = addr;
+        memset(g_tensors[j].bytes, 0xff, TENSOR_SIZE_KNOWN); /* never equal to a real tensor */
+        g_tcount++;
+    }
+    return &g_tensors[j];
+}
+
+VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
+
+VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
+    /* what a snapshot refers to must be described before it: buffer, type, op names */
+    put_buffer(L, RD(void *, t, OFF_BUFFER), HOW_SEEN);
+    put_type(L, RD(int, t, OFF_TYPE));
+    int op = RD(int, t, OFF_OP);
+    put_op(L, 0, op);
+    const char *name = L->op_name(op);
+    if (name && strcmp(name, OP_UNARY_NAME) == 0) put_op(L, 1, RD(int32_t, t, OFF_OP_PARAMS));
+    if (name && strcmp(name, OP_GLU_NAME) == 0) put_op(L, 2, RD(int32_t, t, OFF_OP_PARAMS));
+}
+
+VZ_LOCAL void put_tensor(ggml_lib *L, const void *t) {
+    if (t == NULL || L->status < 0) return;
+    if (!tensor_layout_ok(L, t)) return;
+    tslot *s = tensor_slot((uintptr_t)t);
+    if (s && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0) return;
+    put_tensor_refs(L, t);
+    if (s) memcpy(s->bytes, t, TENSOR_SIZE_KNOWN);
+    rec r;
+    rec_begin(&r, R_TENSOR);
+    rec_i64(&r, L->id);
+    rec_ptr(&r, t);
+    rec_put(&r, t, TENSOR_SIZE_KNOWN);
+    rec_end(&r);
+}
+
+/* a tensor, its sources and its view root */
+VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
+    if (t == NULL) return;
+    const void *vs = RD(void *, t, OFF_VIEW_SRC);
+    if (vs) put_tensor(L, vs);
+    for (int k = 0; k < MAX_SRC; k++) {
+        const void *s = RD(void *, t, OFF_SRC + 8 * k);
+        if (s) {
+            const void *svs = RD(void *, s, OFF_VIEW_SRC);
+            if (svs) put_tensor(L, svs);
+            put_tensor(L, s);
+        }
+    }
+    put_tensor(L, t);
+}
+
+/* every tensor of a graph (leafs first: they are what the nodes read) */
+VZ_LOCAL void put_graph_tensors(ggml_lib *L, void *g) {
+    if (g == NULL || L->status < 0 || !graph_layout_ok(L, g)) return;
+    int n_leafs = RD(int, g, G_OFF_N_LEAFS), n_nodes = RD(int, g, G_OFF_N_NODES);
+    void **leafs = RD(void **, g, G_OFF_LEAFS), **nodes = RD(void **, g, G_OFF_NODES);
+    for (int i = 0; i < n_leafs; i++) put_tensor_deep(L, leafs[i]);
+    for (int i = 0; i < n_nodes; i++) put_tensor_deep(L, nodes[i]);
+}
+
+/* A call record with the graph's node and leaf lists (and buffer ids where given). The
+ * lists are written as a sequence of records when they exceed one record's space. */
+/* "object\tfunction" of the code that called a hook: where in the program a plan or a
+ * compute was asked for (the function name may be C++-mangled) */
+VZ_LOCAL void site_of(void *caller, char *out, size_t n) {
+    Dl_info di;
+    out[0] = '\0';
+    if (caller && dladdr(caller, &di)) {
+        const char *obj = di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
+        obj = obj ? obj + 1 : (di.dli_fname ? di.dli_fname : "?");
+        snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "");
+    }
+}
+
+VZ_LOCAL void put_call(ggml_lib *L, uint64_t id, uint64_t parent, int kind, void *object, void *graph,
+                       const int *node_ids, const int *leaf_ids, void *caller) {
+    int n_nodes = 0, n_leafs = 0;
+    void **nodes = NULL, **leafs = NULL;
+    if (graph && L->status >= 0 && graph_layout_ok(L, graph)) {
+        n_nodes = RD(int, graph, G_OFF_N_NODES);
+        n_leafs = RD(int, graph, G_OFF_N_LEAFS);
+        nodes = RD(void **, graph, G_OFF_NODES);
+        leafs = RD(void **, graph, G_OFF_LEAFS);
+    }
+    rec r;
+    rec_begin(&r, R_CALL);
+    rec_u64(&r, id);
+    rec_u64(&r, parent);
+    rec_i64(&r, kind);
+    rec_i64(&r, L->id);
+    rec_ptr(&r, object);
+    rec_ptr(&r, graph);
+    rec_u64(&r, now_ns());
+    rec_i64(&r, n_nodes);
+    rec_i64(&r, n_leafs);
+    rec_i64(&r, node_ids != NULL);
+    rec_i64(&r, leaf_ids != NULL);
+    char site[512];
+    site_of(caller, site, sizeof site);
+    rec_str(&r, site);
+    /* a graph larger than one record (~60k tensors) is cut into continuation records */
+    size_t fixed = r.len;
+    size_t per_node = 8 + (node_ids ? 4 : 0), per_leaf = 8 + (leaf_ids ? 4 : 0);
+    if (fixed + (size_t)n_nodes * per_node + (size_t)n_leafs * per_leaf <= r.cap) {
+        for (int i = 0; i < n_nodes; i++) rec_ptr(&r, nodes[i]);
+        for (int i = 0; i < n_leafs; i++) rec_ptr(&r, leafs[i]);
+        if (node_ids) rec_put(&r, node_ids, (size_t)n_nodes * 4);
+        if (leaf_ids) rec_put(&r, leaf_ids, (size_t)n_leafs * 4);
+        rec_end(&r);
+        return;
+    }
+    rec_end(&r);
+    /* continuation: R_CALL with kind 0, the same id, then (list, start, count, items) */
+    struct {
+        void **items;
+        const int *ids;
+        int n;
+        int list;
+    } parts[4] = {{nodes, NULL, n_nodes, 0}, {leafs, NULL, n_leafs, 1}, {NULL, node_ids, node_ids ? n_nodes : 0, 2},
+                  {NULL, leaf_ids, leaf_ids ? n_leafs : 0, 3}};
+    for (int p = 0; p < 4; p++) {
+        for (int start = 0; start < parts[p].n; start += 65536) {
+            int count = parts[p].n - start < 65536 ? parts[p].n - start : 65536;
+            rec c;
+            rec_begin(&c, R_CALL);
+            rec_u64(&c, id);
+            rec_u64(&c, parent);
+            rec_i64(&c, 0);
+            rec_i64(&c, parts[p].list);
+            rec_i64(&c, start);
+            rec_i64(&c, count);
+            if (parts[p].items)
+                for (int i = 0; i < count; i++) rec_ptr(&c, parts[p].items[start + i]);
+            else
+                rec_put(&c, parts[p].ids + start, (size_t)count * 4);
+            rec_end(&c);
+        }
+    }
+}
+
+VZ_LOCAL void put_return(uint64_t id, int kind, int64_t result, const size_t *sizes, int n_sizes) {
+    rec r;
+    rec_begin(&r, R_RETURN);
+    rec_u64(&r, id);
+    rec_i64(&r, kind);
+    rec_i64(&r, result);
+    rec_u64(&r, now_ns());
+    rec_i64(&r, n_sizes);
+    for (int i = 0; i < n_sizes; i++) rec_u64(&r, sizes[i]);
+    rec_end(&r);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* process start and end                                                                */
+
+VZ_LOCAL struct sigaction g_old_actions[32];
+VZ_LOCAL const int g_fatal[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTERM, SIGINT, SIGQUIT};
+
+VZ_LOCAL void on_fatal(int sig) {
+    if (getpid() == g_pid) flush_locked();
+    sigaction(sig, &g_old_actions[sig], NULL);
+    raise(sig);
+}
+
+VZ_LOCAL void install_handlers(void) {
+    for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) {
+        struct sigaction sa, old;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        if (sigaction(g_fatal[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
+            /* a program that handles a signal itself keeps its handler; we flush at exit */
+            g_old_actions[g_fatal[i]] = old;
+            sigaction(g_fatal[i], &sa, NULL);
+        }
+    }
+}
+
+VZ_LOCAL void after_fork_child(void) {
+    /* the child writes its own file: forget the parent's buffer and descriptor */
+    g_len = 0;
+    if (g_fd >= 0) close(g_fd);
+    g_fd = -1;
+    g_pid = getpid();
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    g_lock = fresh;
+}
+
+VZ_LOCAL void put_hello(void) {
+    rec r;
+    rec_begin(&r, R_HELLO);
+    rec_i64(&r, getpid());
+    rec_i64(&r, getppid());
+    rec_u64(&r, now_ns());
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    rec_str(&r, exe);
+    rec_end(&r);
+}
+
+__attribute__((constructor)) VZ_LOCAL void vz_init(void) {
+    g_pid = getpid();
+    g_last_flush_ns = coarse_ns();
+    pthread_atfork(NULL, NULL, after_fork_child);
+    install_handlers();
+}
+
+typedef struct {
+    rec *r;
+    void *self;
+    int n;
+} bye_ctx;
+
+VZ_LOCAL int bye_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    bye_ctx *b = data;
+    const char *name = info->dlpi_name;
+    if (!name || !name[0] || (void *)info->dlpi_addr == b->self) return 0;
+    void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) return 0;
+    void *sym = dlsym(h, "ggml_backend_tensor_alloc");
+    Dl_info di;
+    if (sym && dladdr(sym, &di) && (uintptr_t)di.dli_fbase == (uintptr_t)info->dlpi_addr) {
+        rec_str(b->r, name);
+        b->n++;
+    }
+    dlclose(h);
+    return 0;
+}
+
+__attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
+    if (g_disabled || getpid() != g_pid) return;
+    pthread_mutex_lock(&g_lock);
+    t_inside++;
+    if (g_fd >= 0 || g_len > 0) {
+        rec r;
+        rec_begin(&r, R_BYE);
+        rec_i64(&r, 32);
+        for (int i = 0; i < 32; i++) rec_u64(&r, g_counts[i]);
+        bye_ctx b = {&r, self_base(), 0};
+        dl_iterate_phdr(bye_cb, &b);
+        rec_end(&r);
+    }
+    flush_locked();
+    t_inside--;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Every hook: find the real function (under the lock), call it WITHOUT the lock (the real
+ * function may wait for threads that call hooks themselves), and record under the lock.
+ * Nested hooks (ggml_gallocr_alloc_graph re-planning through ggml_gallocr_reserve_n) are
+ * recorded as children of the call that made them. */
+VZ_LOCAL ggml_lib *enter(const char *symbol, size_t field, void *caller, int *record) {
+    pthread_mutex_lock(&g_lock);
+    ggml_lib *L = lib_for(symbol, caller);
+    if (L == NULL || *(void **)((char *)L + field) == NULL) {
+        pthread_mutex_unlock(&g_lock);
+        fprintf(stderr, "vizalloc capture: cannot find the real %s\n", symbol);
+        abort();
+    }
+    *record = !g_disabled && t_inside == 0 && L->status >= 0;
+    if (*record && g_fd < 0 && g_len == 0) put_hello();
+    pthread_mutex_unlock(&g_lock);
+    return L;
+}
+
+#define ENTER(field, symbol)                           \
+    int record;                                        \
+    void *caller = __builtin_return_address(0);        \
+    ggml_lib *L = enter(symbol, offsetof(ggml_lib, field), caller, &record)
+#define LOCK() pthread_mutex_lock(&g_lock)
+#define UNLOCK() pthread_mutex_unlock(&g_lock)
+
+VZ_LOCAL uint64_t begin_call(ggml_lib *L, int kind, void *object, void *graph, const int *node_ids,
+                             const int *leaf_ids, int snapshot, void *caller) {
+    LOCK();
+    uint64_t id = g_next_call++;
+    g_counts[kind]++;
+    t_inside++;
+    if (snapshot) put_graph_tensors(L, graph);
+    put_call(L, id, t_call, kind, object, graph, node_ids, leaf_ids, caller);
+    t_inside--;
+    UNLOCK();
+    return id;
+}
+
+VZ_LOCAL void end_call(ggml_lib *L, uint64_t id, int kind, void *graph, int64_t result, const size_t *sizes,
+                       int n_sizes, int snapshot, int flush) {
+    LOCK();
+    t_inside++;
+    if (snapshot) put_graph_tensors(L, graph);
+    put_return(id, kind, result, sizes, n_sizes);
+    if (flush) flush_locked();
+    t_inside--;
+    UNLOCK();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* graph allocator                                                                      */
+
+/* buffer counts of the graph allocators, for ggml_gallocr_reserve_n_size's sizes */
+#define MAX_GALLOCS 256
+VZ_LOCAL struct {
+    void *galloc;
+    int n;
+} g_gallocs[MAX_GALLOCS];
+
+VZ_LOCAL int galloc_n_bufs(void *galloc) {
+    for (int i = 0; i < MAX_GALLOCS; i++)
+        if (g_gallocs[i].galloc == galloc) return g_gallocs[i].n;
+    return 0;
+}
+
+VZ_LOCAL void put_galloc(ggml_lib *L, void *galloc, void **bufts, int n) {
+    LOCK();
+    t_inside++;
+    for (int i = 0; i < MAX_GALLOCS; i++) {
+        if (g_gallocs[i].galloc == NULL || g_gallocs[i].galloc == galloc) {
+            g_gallocs[i].galloc = galloc;
+            g_gallocs[i].n = n;
+            break;
+        }
+    }
+    for (int i = 0; i < n; i++) put_buft(L, bufts[i]);
+    rec r;
+    rec_begin(&r, R_GALLOC);
+    rec_i64(&r, L->id);
+    rec_ptr(&r, galloc);
+    rec_u64(&r, t_call);
+    rec_i64(&r, n);
+    for (int i = 0; i < n; i++) rec_ptr(&r, bufts[i]);
+    rec_end(&r);
+    t_inside--;
+    UNLOCK();
+}
+
+VZ_EXPORT void *ggml_gallocr_new_n(void **bufts, int n_bufs) {
+    ENTER(gallocr_new_n, "ggml_gallocr_new_n");
+    void *g = L->gallocr_new_n(bufts, n_bufs);
+    if (record && g) put_galloc(L, g, bufts, n_bufs);
+    return g;
+}
+
+VZ_EXPORT void *ggml_gallocr_new(void *buft) {
+    ENTER(gallocr_new, "ggml_gallocr_new");
+    t_inside++; /* ggml_gallocr_new calls ggml_gallocr_new_n: record it here, once */
+    void *g = L->gallocr_new(buft);
+    t_inside--;
+    if (record && g) put_galloc(L, g, &buft, 1);
+    return g;
+}
+
+VZ_EXPORT void ggml_gallocr_free(void *galloc) {
+    ENTER(gallocr_free, "ggml_gallocr_free");
+    uint64_t id = 0, saved = t_call;
+    if (record) {
+        id = begin_call(L, C_GALLOC_FREE, galloc, NULL, NULL, NULL, 0, caller);
+        t_call = id;
+    }
+    L->gallocr_free(galloc); /* frees its chunk buffers through ggml_backend_buffer_free */
+    if (record) {
+        t_call = saved;
+        end_call(L, id, C_GALLOC_FREE, NULL, 0, NULL, 0, 0, 0);
+    }
+}
+
+/* reserve_n, reserve_n_size and alloc_graph: the graph before and after the call */
+#define GALLOC_CALL(KIND, GALLOC, GRAPH, NODE_IDS, LEAF_IDS, SIZES, N_SIZES, CALL)     \
+    uint64_t id = 0, saved_call = t_call;                                              \
+    void *saved_galloc = t_galloc;                                                     \
+    if (record) {                                                                      \
+        id = begin_call(L, KIND, GALLOC, GRAPH, NODE_IDS, LEAF_IDS, 1, caller);                \
+        t_call = id;                                                                   \
+        t_galloc = GALLOC;                                                             \
+    }                                                                                  \
+    CALL;                                                                              \
+    if (record) {                                                                      \
+        t_call = saved_call;                                                           \
+        t_galloc = saved_galloc;                                                       \
+        end_call(L, id, KIND, GRAPH, result, SIZES, N_SIZES, 1, t_call == 0);          \
+    }
+
+VZ_EXPORT bool ggml_gallocr_reserve_n(void *galloc, void *graph, const int *node_ids, const int *leaf_ids) {
+    ENTER(gallocr_reserve_n, "ggml_gallocr_reserve_n");
+    bool result;
+    GALLOC_CALL(C_GALLOC_RESERVE_N, galloc, graph, node_ids, leaf_ids, NULL, 0,
+                result = L->gallocr_reserve_n(galloc, graph, node_ids, leaf_ids));
+    return result;
+}
+
+VZ_EXPORT bool ggml_gallocr_reserve(void *galloc, void *graph) {
+    /* forwards to ggml_gallocr_reserve_n, recorded there (with no buffer ids) */
+    ENTER(gallocr_reserve, "ggml_gallocr_reserve");
+    (void)record;
+    return L->gallocr_reserve(galloc, graph);
+}
+
+VZ_EXPORT void ggml_gallocr_reserve_n_size(void *galloc, void *graph, const int *node_ids, const int *leaf_ids,
+                                           size_t *sizes) {
+    ENTER(gallocr_reserve_n_size, "ggml_gallocr_reserve_n_size");
+    int result = 1;
+    int n = galloc_n_bufs(galloc);
+    GALLOC_CALL(C_GALLOC_RESERVE_N_SIZE, galloc, graph, node_ids, leaf_ids, sizes, n,
+                L->gallocr_reserve_n_size(galloc, graph, node_ids, leaf_ids, sizes));
+}
+
+VZ_EXPORT bool ggml_gallocr_alloc_graph(void *galloc, void *graph) {
+    ENTER(gallocr_alloc_graph, "ggml_gallocr_alloc_graph");
+    bool result;
+    GALLOC_CALL(C_GALLOC_ALLOC_GRAPH, galloc, graph, NULL, NULL, NULL, 0,
+                result = L->gallocr_alloc_graph(galloc, graph));
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* the scheduler                                                                        */
+
+VZ_EXPORT void *ggml_backend_sched_new(void **backends, void **bufts, int n_backends, size_t graph_size, bool parallel,
+                                       bool op_offload) {
+    ENTER(sched_new, "ggml_backend_sched_new");
+    uint64_t saved = t_call, id = 0;
+    if (record) {
+        LOCK();
+        id = g_next_call++;
+        UNLOCK();
+        t_call = id; /* the graph allocator it makes names this call as its parent */
+    }
+    void *s = L->sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload);
+    t_call = saved;
+    if (record && s) {
+        LOCK();
+        t_inside++;
+        void *chosen[64];
+        int n = n_backends < 64 ? n_backends : 64;
+        for (int i = 0; i < n; i++) {
+            chosen[i] = bufts ? bufts[i] : NULL;
+            if (chosen[i] == NULL && L->sched_get_buffer_type)
+                chosen[i] = L->sched_get_buffer_type(s, backends[i]);
+            put_buft(L, chosen[i]);
+        }
+        rec r;
+        rec_begin(&r, R_SCHED);
+        rec_i64(&r, L->id);
+        rec_ptr(&r, s);
+        rec_u64(&r, id);
+        rec_i64(&r, n);
+        for (int i = 0; i < n; i++) {
+            rec_ptr(&r, backends[i]);
+            rec_ptr(&r, chosen[i]);
+            rec_str(&r, L->backend_name ? L->backend_name(backends[i]) : "?");
+        }
+        rec_end(&r);
+        t_inside--;
+        UNLOCK();
+    }
+    return s;
+}
+
+VZ_EXPORT void ggml_backend_sched_free(void *sched) {
+    ENTER(sched_free, "ggml_backend_sched_free");
+    uint64_t id = 0, saved = t_call;
+    if (record) {
+        id = begin_call(L, C_SCHED_FREE, sched, NULL, NULL, NULL, 0, caller);
+        t_call = id;
+    }
+    L->sched_free(sched);
+    if (record) {
+        t_call = saved;
+        end_call(L, id, C_SCHED_FREE, NULL, 0, NULL, 0, 0, 0);
+    }
+}
+
+VZ_EXPORT void ggml_backend_sched_reset(void *sched) {
+    ENTER(sched_reset, "ggml_backend_sched_reset");
+    uint64_t id = record ? begin_call(L, C_SCHED_RESET, sched, NULL, NULL, NULL, 0, caller) : 0;
+    L->sched_reset(sched);
+    if (record) end_call(L, id, C_SCHED_RESET, NULL, 0, NULL, 0, 0, 0);
+}
+
+/* After a scheduler reserve/alloc: how many splits, and each node's backend */
+VZ_LOCAL void put_sched_result(ggml_lib *L, uint64_t id, int kind, void *sched, void *graph, int64_t result) {
+    LOCK();
+    t_inside++;
+    put_graph_tensors(L, graph);
+    int n_nodes = (graph && L->status >= 0 && graph_layout_ok(L, graph)) ? RD(int, graph, G_OFF_N_NODES) : 0;
+    void **nodes = n_nodes ? RD(void **, graph, G_OFF_NODES) : NULL;
+    rec r;
+    rec_begin(&r, R_RETURN);
+    rec_u64(&r, id);
+    rec_i64(&r, kind);
+    rec_i64(&r, result);
+    rec_u64(&r, now_ns());
+    rec_i64(&r, -1); /* scheduler facts follow instead of sizes */
+    rec_i64(&r, L->sched_get_n_splits ? L->sched_get_n_splits(sched) : -1);
+    int n = (L->sched_get_tensor_backend && n_nodes <= 65536) ? n_nodes : 0;
+    rec_i64(&r, n);
+    for (int i = 0; i < n; i++) rec_ptr(&r, L->sched_get_tensor_backend(sched, nodes[i]));
+    rec_end(&r);
+    if (t_call == 0) flush_locked();
+    t_inside--;
+    UNLOCK();
+}
+
+#define SCHED_CALL(KIND, SCHED, GRAPH, CALL)                        \
+    uint64_t id = 0, saved = t_call;                                \
+    if (record) {                                                   \
+        id = begin_call(L, KIND, SCHED, GRAPH, NULL, NULL, 1, caller);      \
+        t_call = id;                                                \
+    }                                                               \
+    CALL;                                                           \
+    if (record) t_call = saved;
+
+VZ_EXPORT bool ggml_backend_sched_reserve(void *sched, void *graph) {
+    ENTER(sched_reserve, "ggml_backend_sched_reserve");
+    bool ok;
+    SCHED_CALL(C_SCHED_RESERVE, sched, graph, ok = L->sched_reserve(sched, graph));
+    if (record) put_sched_result(L, id, C_SCHED_RESERVE, sched, graph, ok);
+    return ok;
+}
+
+VZ_EXPORT void ggml_backend_sched_reserve_size(void *sched, void *graph, size_t *sizes) {
+    ENTER(sched_reserve_size, "ggml_backend_sched_reserve_size");
+    SCHED_CALL(C_SCHED_RESERVE_SIZE, sched, graph, L->sched_reserve_size(sched, graph, sizes));
+    if (record) {
+        int n = L->sched_get_n_backends ? L->sched_get_n_backends(sched) : 0;
+        end_call(L, id, C_SCHED_RESERVE_SIZE, graph, 1, sizes, n, 1, t_call == 0);
+    }
+}
+
+VZ_EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
+    ENTER(sched_alloc_graph, "ggml_backend_sched_alloc_graph");
+    bool ok;
+    SCHED_CALL(C_SCHED_ALLOC_GRAPH, sched, graph, ok = L->sched_alloc_graph(sched, graph));
+    if (record) put_sched_result(L, id, C_SCHED_ALLOC_GRAPH, sched, graph, ok);
+    return ok;
+}
+
+VZ_LOCAL pset g_backends;
+
+VZ_LOCAL void put_backend(ggml_lib *L, void *backend) {
+    LOCK();
+    if (!pset_has(&g_backends, backend)) {
+        pset_add(&g_backends, backend);
+        rec r;
+        rec_begin(&r, R_BACKEND);
+        rec_i64(&r, L->id);
+        rec_ptr(&r, backend);
+        rec_str(&r, L->backend_name ? L->backend_name(backend) : "?");
+        rec_end(&r);
+    }
+    UNLOCK();
+}
+
+/* Graph computes: the graph's tensors at the start, the status at the end. */
+#define COMPUTE_HOOK(NAME, FIELD, KIND)                                              \
+    VZ_EXPORT int NAME(void *object, void *graph) {                                  \
+        ENTER(FIELD, #NAME);                                                         \
+        if (record && (KIND == C_BACKEND_COMPUTE || KIND == C_BACKEND_COMPUTE_ASYNC)) \
+            put_backend(L, object);                                                  \
+        int status;                                                                  \
+        SCHED_CALL(KIND, object, graph, status = L->FIELD(object, graph));           \
+        if (record) end_call(L, id, KIND, NULL, status, NULL, 0, 0, t_call == 0);    \
+        return status;                                                               \
+    }
+
+COMPUTE_HOOK(ggml_backend_sched_graph_compute, sched_graph_compute, C_SCHED_COMPUTE)
+COMPUTE_HOOK(ggml_backend_sched_graph_compute_async, sched_graph_compute_async, C_SCHED_COMPUTE_ASYNC)
+COMPUTE_HOOK(ggml_backend_graph_compute, backend_graph_compute, C_BACKEND_COMPUTE)
+COMPUTE_HOOK(ggml_backend_graph_compute_async, backend_graph_compute_async, C_BACKEND_COMPUTE_ASYNC)
+
+/* ------------------------------------------------------------------------------------ */
+/* buffers and placements                                                               */
+
+VZ_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
+    ENTER(buft_alloc_buffer, "ggml_backend_buft_alloc_buffer");
+    void *b = L->buft_alloc_buffer(buft, size);
+    if (record) {
+        LOCK();
+        g_counts[C_BUFT_ALLOC_BUFFER]++;
+        t_inside++;
+        if (b) {
+            put_buffer(L, b, HOW_ALLOC);
+        } else {
+            put_buft(L, buft);
+            char what[64];
+            snprintf(what, sizeof what, "%zu", size);
+            note("ggml_backend_buft_alloc_buffer failed for %s bytes of %s", what, L->buft_name(buft));
+            flush_locked();
+        }
+        t_inside--;
+        UNLOCK();
+    }
+    return b;
+}
+
+VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
+    ENTER(buffer_free, "ggml_backend_buffer_free");
+    if (buffer) {
+        LOCK();
+        if (record) {
+            t_inside++;
+            put_buffer(L, buffer, HOW_SEEN);
+            rec r;
+            rec_begin(&r, R_BUFFER_FREE);
+            rec_ptr(&r, buffer);
+            rec_u64(&r, t_call);
+            rec_end(&r);
+            t_inside--;
+        }
+        pset_del(&g_buffers, buffer);
+        UNLOCK();
+    }
+    L->buffer_free(buffer);
+}
+
+VZ_LOCAL void put_buffer_event(ggml_lib *L, int kind, void *buffer, int64_t value) {
+    LOCK();
+    t_inside++;
+    put_buffer(L, buffer, HOW_SEEN);
+    rec r;
+    rec_begin(&r, kind);
+    rec_ptr(&r, buffer);
+    rec_i64(&r, value);
+    rec_end(&r);
+    t_inside--;
+    UNLOCK();
+}
+
+VZ_EXPORT void ggml_backend_buffer_clear(void *buffer, uint8_t value) {
+    ENTER(buffer_clear, "ggml_backend_buffer_clear");
+    if (record && buffer) put_buffer_event(L, R_BUFFER_CLEAR, buffer, value);
+    L->buffer_clear(buffer, value);
+}
+
+VZ_EXPORT void ggml_backend_buffer_set_usage(void *buffer, int usage) {
+    ENTER(buffer_set_usage, "ggml_backend_buffer_set_usage");
+    L->buffer_set_usage(buffer, usage);
+    if (record && buffer) put_buffer_event(L, R_BUFFER_USAGE, buffer, usage);
+}
+
+VZ_LOCAL void put_place(ggml_lib *L, int kind, void *tensor, void *buffer, void *addr, int result) {
+    LOCK();
+    t_inside++;
+    g_counts[kind == PLACE_TENSOR_ALLOC ? 20 : 21]++;
+    put_buffer(L, buffer, HOW_SEEN);
+    put_tensor_deep(L, tensor);
+    if (buffer && L->buft_get_alloc_size && L->status == 1) {
+        void *buft = L->buffer_get_type(buffer);
+        size_t want = L->buft_get_alloc_size(buft, tensor);
+        if (want != L->nbytes(tensor)) {
+            rec a;
+            rec_begin(&a, R_ALLOC_SIZE);
+            rec_i64(&a, L->id);
+            rec_ptr(&a, buft);
+            rec_ptr(&a, tensor);
+            rec_u64(&a, want);
+            rec_end(&a);
+        }
+    }
+    rec r;
+    rec_begin(&r, R_PLACE);
+    rec_u64(&r, t_call);
+    rec_i64(&r, kind);
+    rec_ptr(&r, tensor);
+    rec_ptr(&r, buffer);
+    rec_ptr(&r, addr);
+    rec_i64(&r, result);
+    rec_end(&r);
+    t_inside--;
+    UNLOCK();
+}
+
+VZ_EXPORT int ggml_backend_tensor_alloc(void *buffer, void *tensor, void *addr) {
+    ENTER(tensor_alloc, "ggml_backend_tensor_alloc");
+    int result = L->tensor_alloc(buffer, tensor, addr);
+    if (record) put_place(L, PLACE_TENSOR_ALLOC, tensor, buffer, addr, result);
+    return result;
+}
+
+VZ_EXPORT int ggml_backend_view_init(void *tensor) {
+    ENTER(view_init, "ggml_backend_view_init");
+    int result = L->view_init(tensor);
+    if (record && tensor)
+        put_place(L, PLACE_VIEW_INIT, tensor, RD(void *, tensor, OFF_BUFFER), RD(void *, tensor, OFF_DATA), result);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* the program's reads and writes of tensor bytes (writes straight into host memory     */
+/* through tensor->data are not seen: the importer says so)                             */
+
+VZ_LOCAL void put_io(ggml_lib *L, int kind, const void *tensor, size_t offset, size_t size, const void *src) {
+    LOCK();
+    t_inside++;
+    g_counts[kind == IO_SET ? 22 : kind == IO_GET ? 23 : kind == IO_MEMSET ? 24 : 25]++;
+    if (src) put_tensor_deep(L, src);
+    put_tensor_deep(L, tensor);
+    rec r;
+    rec_begin(&r, R_IO);
+    rec_i64(&r, kind);
+    rec_ptr(&r, tensor);
+    rec_u64(&r, offset);
+    rec_u64(&r, size);
+    rec_ptr(&r, src);
+    rec_u64(&r, t_call);
+    rec_end(&r);
+    t_inside--;
+    UNLOCK();
+}
+
+VZ_EXPORT void ggml_backend_tensor_set(void *tensor, const void *data, size_t offset, size_t size) {
+    ENTER(tensor_set, "ggml_backend_tensor_set");
+    (void)caller;
+    L->tensor_set(tensor, data, offset, size);
+    if (record && tensor) put_io(L, IO_SET, tensor, offset, size, NULL);
+}
+
+VZ_EXPORT void ggml_backend_tensor_get(const void *tensor, void *data, size_t offset, size_t size) {
+    ENTER(tensor_get, "ggml_backend_tensor_get");
+    (void)caller;
+    if (record && tensor) put_io(L, IO_GET, tensor, offset, size, NULL);
+    L->tensor_get(tensor, data, offset, size);
+}
+
+VZ_EXPORT void ggml_backend_tensor_set_async(void *backend, void *tensor, const void *data, size_t offset,
+                                             size_t size) {
+    ENTER(tensor_set_async, "ggml_backend_tensor_set_async");
+    (void)caller;
+    L->tensor_set_async(backend, tensor, data, offset, size);
+    if (record && tensor) put_io(L, IO_SET, tensor, offset, size, NULL);
+}
+
+VZ_EXPORT void ggml_backend_tensor_get_async(void *backend, const void *tensor, void *data, size_t offset,
+                                             size_t size) {
+    ENTER(tensor_get_async, "ggml_backend_tensor_get_async");
+    (void)caller;
+    if (record && tensor) put_io(L, IO_GET, tensor, offset, size, NULL);
+    L->tensor_get_async(backend, tensor, data, offset, size);
+}
+
+VZ_EXPORT void ggml_backend_tensor_memset(void *tensor, uint8_t value, size_t offset, size_t size) {
+    ENTER(tensor_memset, "ggml_backend_tensor_memset");
+    (void)caller;
+    L->tensor_memset(tensor, value, offset, size);
+    if (record && tensor) put_io(L, IO_MEMSET, tensor, offset, size, NULL);
+}
+
+VZ_EXPORT void ggml_backend_tensor_copy(void *src, void *dst) {
+    ENTER(tensor_copy, "ggml_backend_tensor_copy");
+    (void)caller;
+    L->tensor_copy(src, dst);
+    if (record && src && dst) put_io(L, IO_COPY, dst, 0, 0, src);
+}

@@ -1,0 +1,678 @@
+"""Import a captured real process: replay its record through vizalloc's own allocators and
+emit ordinary trace events, checking every offset against what the process did.
+
+The capture sees a real ggml from outside: the graphs handed to the allocator, the buffers,
+every placement and every compute. It cannot see the planner's own decisions (which block
+it took, which node reused a parent's bytes in place, what it freed when). Replaying each
+top-level ``ggml_gallocr_reserve_n`` / ``ggml_gallocr_alloc_graph`` /
+``ggml_gallocr_reserve_n_size`` call through a ``GraphAllocator`` built from the same buffer
+types (with the traced ggml version's rules, ``alloc.rules``) recovers them as the usual
+``Plan*`` events. Then every placement the real call made is compared with the replay's: a
+difference in a tensor's buffer or offset, a buffer's size or a call's result becomes a
+``ReplayMismatch`` event (``check`` and ``summary`` report it) and the mirror takes the
+real placement, so one difference does not cascade into others.
+
+The mirror world: one vizalloc tensor per C tensor (keyed by address, renewed when a new
+tensor appears at an old address, as when llama.cpp rebuilds its graph every batch), one
+buffer per ggml buffer (``VIRTUAL`` memory: addresses and sizes, no bytes), one graph
+allocator per ``ggml_gallocr``. Placements the capture saw but did not replay (weights by
+``ggml_backend_tensor_alloc``, views by ``ggml_backend_view_init``) are replayed as such;
+data that appeared unseen (memory a context allocated itself) is placed ``by=observed``.
+Computes become ``ComputeBegin`` / ``NodeCompute`` / ``ComputeEnd`` in ggml's execution order
+(per-node wall times are not observed: they are 0). Events carry the process's own clock
+and, as source line, the program's function that made the ggml call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from vizalloc.capture import rawfile as rf
+from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode
+from vizalloc.errors import VizallocError
+from vizalloc.runtime import memory
+from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.alloc.rules import AllocatorRules, is_known, rules_for
+from vizalloc.runtime.backends.base import NOOP_OPS
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
+from vizalloc.runtime.context import Context
+from vizalloc.runtime.dtype import DType
+from vizalloc.runtime.graph import Graph
+from vizalloc.runtime.tensor import Op, Tensor
+from vizalloc.trace import events as ev
+from vizalloc.trace import recorder
+
+
+class CaptureImportError(VizallocError):
+    """A capture cannot be replayed (a type or op this vizalloc does not know, a graph that
+    names a tensor never described)."""
+
+
+_USAGES = {0: Usage.ANY, 1: Usage.WEIGHTS, 2: Usage.COMPUTE}
+
+
+@dataclass
+class ImportResult:
+    """What the import found, for the command line to report."""
+
+    program: str = ""
+    pid: int = -1
+    libraries: list[rf.Library] = field(default_factory=list)
+    ggml_objects: tuple[str, ...] = ()
+    n_records: int = 0
+    cut_at: int | None = None
+    replayed_calls: int = 0
+    placements_checked: int = 0
+    mismatches: int = 0
+    computes: int = 0
+    buffers: int = 0
+    notes: list[str] = field(default_factory=list)
+    #: per compute buffer of the last plan of each allocator: (buffer type, bytes)
+    compute_buffers: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def saw_ggml(self) -> bool:
+        return bool(self.libraries) or bool(self.ggml_objects)
+
+
+@dataclass
+class _Mirror:
+    tensor: Tensor
+    struct: TensorStruct
+    struct_lib: int
+
+
+@dataclass
+class _RealBuffer:
+    ptr: int
+    base: int
+    size: int
+    mirror: Buffer | None  # None for a multi-buffer (no base of its own)
+    galloc: int = 0        # the graph allocator owning it as a chunk, if any
+
+
+@dataclass
+class _OpenCall:
+    call: rf.Call
+    replayed: bool = False
+    galloc: _Galloc | None = None
+    graph: Graph | None = None
+    result: bool | None = None
+    sizes: list[int] | None = None
+    new_chunks: list[Buffer] = field(default_factory=list)
+    error: str = ""
+    computes: int = 0  # backend computes nested in a scheduler compute
+
+
+@dataclass
+class _Galloc:
+    ga: GraphAllocator
+    lib: int
+
+
+def demangle(names: set[str]) -> dict[str, str]:
+    """C++ names made readable with ``c++filt`` when it is installed (else unchanged)."""
+    mangled = sorted(n for n in names if n.startswith("_Z"))
+    tool = shutil.which("c++filt")
+    if not mangled or tool is None:
+        return {}
+    try:
+        done = subprocess.run([tool], input="\n".join(mangled), capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out = done.stdout.split("\n")
+    return {m: d for m, d in zip(mangled, out) if d} if len(out) >= len(mangled) else {}
+
+
+class Importer:
+    """Replays one process's records (see the module docstring); run inside a trace session."""
+
+    def __init__(self, records: list[rf.Record], *, program: str = "", cut_at: int | None = None) -> None:
+        self.records = records
+        self.result = ImportResult(program=program, n_records=len(records), cut_at=cut_at)
+        self.libs: dict[int, rf.Library] = {}
+        self.rules: dict[int, AllocatorRules] = {}
+        self.contexts: dict[int, Context] = {}
+        self.dtypes: dict[tuple[int, int], DType] = {}
+        self.ops: dict[tuple[int, int, int], str] = {}
+        self.bufts: dict[int, BufferType] = {}
+        self.buffers: dict[int, _RealBuffer] = {}
+        self._by_base: list[tuple[int, _RealBuffer]] = []  # live buffers sorted by base, for lookups
+        self._by_base_dirty = False
+        self.tensors: dict[int, _Mirror] = {}        # by address: the tensor living there now
+        self._by_id: dict[int, _Mirror] = {}         # by mirror tensor id
+        self.gallocs: dict[int, _Galloc] = {}
+        self.scheds: dict[int, int] = {}             # sched pointer -> sched id
+        self.backends: dict[int, str] = {}
+        self.graphs: dict[int, tuple[tuple[int, ...], tuple[int, ...], Graph]] = {}
+        self.stack: list[_OpenCall] = []
+        self.dirty: dict[int, None] = {}             # tensors whose memory must be synced
+        self.now = 0
+        self._open_compute = -1
+        self.loc: ev.Location | None = None
+        self.sites: dict[str, str] = demangle({r.site.split("\t", 1)[-1] for r in records if isinstance(r, rf.Call)})
+        self._unknown_memory: dict[int, Buffer] = {}
+        self._compute_ids = itertools.count()
+        self._placeholder: Buffer | None = None
+        self._buffer_sizes: dict[int, list[tuple[str, int]]] = {}
+
+    # -- driving -------------------------------------------------------------------------
+    def run(self) -> ImportResult:
+        """Emit the events of the whole record (call inside ``vizalloc.trace(...)``)."""
+        if not recorder.active():
+            raise CaptureImportError("Importer.run emits trace events: call it inside `with vizalloc.trace(path):`")
+        handlers = {
+            rf.Hello: self._hello, rf.Library: self._library, rf.TypeInfo: self._type, rf.OpInfo: self._op,
+            rf.BufferTypeInfo: self._buft, rf.BufferInfo: self._buffer, rf.BufferFree: self._buffer_free,
+            rf.BufferClear: self._buffer_clear, rf.BufferUsage: self._buffer_usage, rf.TensorBytes: self._tensor,
+            rf.Call: self._call, rf.Return: self._return, rf.Place: self._place, rf.GallocInfo: self._galloc,
+            rf.SchedInfo: self._sched, rf.Bye: self._bye, rf.Note: self._note, rf.AllocSize: self._alloc_size,
+            rf.BackendInfo: self._backend, rf.TensorIo: self._io,
+        }
+        with recorder.replaying(lambda: self.now, lambda: self.loc):
+            for record in self.records:
+                if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
+                    self._sync_dirty()
+                handlers[type(record)](record)  # type: ignore[operator]
+            if self.dirty:
+                self._sync_dirty()
+        self.result.compute_buffers = self._compute_buffers()
+        return self.result
+
+    # -- process and library -------------------------------------------------------------
+    def _hello(self, r: rf.Hello) -> None:
+        self.result.pid = r.pid
+        self.result.program = self.result.program or r.exe
+        self.now = r.t_ns
+
+    def _library(self, r: rf.Library) -> None:
+        if r.lib in self.libs and self.libs[r.lib].status == r.status:
+            return
+        self.libs[r.lib] = r
+        self.result.libraries.append(r)
+        if r.status < 0:
+            note = (f"ggml {r.version} at {r.path}: not read ({r.reason}); this vizalloc knows the "
+                    f"{TENSOR_SIZE}-byte struct ggml_tensor of ggml 0.15.3 to 0.26.0")
+            self.result.notes.append(note)
+            recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
+            return
+        rules = rules_for(r.version)
+        self.rules[r.lib] = rules
+        note = "" if is_known(r.version) else (
+            f"ggml {r.version} is not a version vizalloc was checked against; its graphs are replayed with the "
+            f"rules of {rules.version} and every difference is reported")
+        if note:
+            self.result.notes.append(note)
+        recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, rules.version,
+                      note, loc=None)
+
+    def _ctx(self, lib: int) -> Context:
+        ctx = self.contexts.get(lib)
+        if ctx is None:
+            ctx = self.contexts[lib] = Context(f"ggml ({self._version(lib)})")
+        return ctx
+
+    def _version(self, lib: int) -> str:
+        info = self.libs.get(lib)
+        return info.version if info else "unknown"
+
+    def _type(self, r: rf.TypeInfo) -> None:
+        try:
+            dt = DType.from_label(r.name)
+        except ValueError:
+            raise CaptureImportError(
+                f"the traced ggml {self._version(r.lib)} uses tensor type {r.name!r} (id {r.type_id}), which this "
+                "vizalloc does not know; upgrade vizalloc") from None
+        if (dt.blck_size, dt.type_size) != (r.blck_size, r.type_size):
+            raise CaptureImportError(
+                f"tensor type {r.name} has {r.blck_size} elements in {r.type_size} bytes per block in the traced "
+                f"ggml {self._version(r.lib)}, but {dt.blck_size} in {dt.type_size} in vizalloc; upgrade vizalloc")
+        self.dtypes[r.lib, r.type_id] = dt
+
+    def _op(self, r: rf.OpInfo) -> None:
+        if r.family == rf.OpFamily.OP and r.name not in Op.__members__:
+            raise CaptureImportError(
+                f"the traced ggml {self._version(r.lib)} uses op {r.name!r} (id {r.op_id}), which this vizalloc "
+                "does not know; upgrade vizalloc")
+        self.ops[r.lib, int(r.family), r.op_id] = r.name
+
+    def _note(self, r: rf.Note) -> None:
+        self.result.notes.append(r.text)
+
+    def _bye(self, r: rf.Bye) -> None:
+        self.result.ggml_objects = r.ggml_objects
+
+    def _alloc_size(self, r: rf.AllocSize) -> None:
+        # Buffer types with their own alloc size (device backends padding quantized rows) are
+        # replayed with ggml_nbytes; say so once per buffer type
+        buft = self.bufts.get(r.buft)
+        text = (f"buffer type {buft.name if buft else hex(r.buft)} gives some tensors more bytes than ggml_nbytes "
+                "(ggml_backend_buft_get_alloc_size); vizalloc's replay uses ggml_nbytes, so offsets after them may "
+                "differ (reported as replay differences)")
+        if text not in self.result.notes:
+            self.result.notes.append(text)
+
+    # -- buffers ---------------------------------------------------------------------------
+    def _buft(self, r: rf.BufferTypeInfo) -> None:
+        if r.buft not in self.bufts:
+            self.bufts[r.buft] = BufferType(r.name, alignment=max(1, r.alignment), max_size=r.max_size,
+                                            device=VIRTUAL, is_host=r.is_host)
+
+    def _backend(self, r: rf.BackendInfo) -> None:
+        self.backends[r.backend] = r.name
+
+    def _buffer(self, r: rf.BufferInfo) -> None:
+        old = self.buffers.get(r.buffer)
+        if old is not None and r.how & rf.BufferHow.SEEN:
+            return  # already known (a buffer described again after the capture forgot it)
+        owner = self.gallocs.get(r.owner_galloc) if r.owner_galloc else None
+        call = self._replay_call()
+        if owner is not None and call is not None and call.galloc is owner:
+            self._pair_chunk(call, r)
+            return
+        buft = self.bufts.get(r.buft)
+        if buft is None:
+            raise CaptureImportError(f"buffer {r.buffer:#x} names a buffer type never described")
+        if r.how & rf.BufferHow.MULTI:
+            self._add_buffer(_RealBuffer(r.buffer, 0, r.size, None))
+            return
+        cause = "ggml_backend_buft_alloc_buffer" if r.how & rf.BufferHow.ALLOCATED else "seen in use"
+        mirror = buft.alloc_buffer(r.size, _USAGES.get(r.usage, Usage.ANY), cause=cause)
+        self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror))
+
+    def _add_buffer(self, rb: _RealBuffer) -> None:
+        self.buffers[rb.ptr] = rb
+        self._by_base_dirty = True
+        self.result.buffers += 1
+
+    def _pair_chunk(self, call: _OpenCall, r: rf.BufferInfo) -> None:
+        """A chunk buffer the real allocator made during a replayed call: the replay's next one."""
+        if not call.new_chunks:
+            self._mismatch("buffers", -1, f"a {r.size}-byte buffer", "no new buffer", call)
+            buft = self.bufts[r.buft]
+            mirror = buft.alloc_buffer(r.size, _USAGES.get(r.usage, Usage.ANY), cause="real allocator (not replayed)")
+            self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc))
+            return
+        mirror = call.new_chunks.pop(0)
+        if mirror.nbytes != r.size:
+            self._mismatch("buffer_size", -1, f"{r.size} bytes", f"{mirror.nbytes} bytes (buffer #{mirror.id})", call)
+        self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc))
+
+    def _buffer_free(self, r: rf.BufferFree) -> None:
+        rb = self.buffers.pop(r.buffer, None)
+        self._by_base_dirty = True
+        if rb is None or rb.mirror is None:
+            return
+        if rb.galloc:
+            # the replayed allocator frees its own chunks when it re-plans; a real free it did
+            # not make is a difference
+            if not rb.mirror.freed:
+                call = self._replay_call()
+                if call is not None:
+                    self._mismatch("buffers", -1, f"buffer #{rb.mirror.id} freed", "kept", call)
+                rb.mirror.free(cause="ggml_backend_buffer_free")
+            return
+        rb.mirror.free(cause="ggml_backend_buffer_free")
+
+    def _buffer_clear(self, r: rf.BufferClear) -> None:
+        rb = self.buffers.get(r.buffer)
+        if rb is not None and rb.mirror is not None:
+            rb.mirror.clear(r.value)
+
+    def _buffer_usage(self, r: rf.BufferUsage) -> None:
+        rb = self.buffers.get(r.buffer)
+        if rb is not None and rb.mirror is not None:
+            rb.mirror.set_usage(_USAGES.get(r.usage, Usage.ANY))
+
+    def _buffer_at(self, address: int) -> _RealBuffer | None:
+        """The live buffer whose bytes hold ``address``."""
+        if self._by_base_dirty:
+            self._by_base = sorted(((rb.base, rb) for rb in self.buffers.values() if rb.mirror is not None),
+                                   key=lambda x: x[0])
+            self._by_base_dirty = False
+        i = bisect_right(self._by_base, address, key=lambda x: x[0]) - 1
+        if i >= 0:
+            base, rb = self._by_base[i]
+            if address < base + max(rb.size, 1):
+                return rb
+        return None
+
+    # -- tensors ---------------------------------------------------------------------------
+    def _tensor(self, r: rf.TensorBytes) -> None:
+        if len(r.raw) != TENSOR_SIZE:
+            raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {TENSOR_SIZE})")
+        s = decode(r.address, r.raw)
+        m = self.tensors.get(r.address)
+        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m):
+            m = self._new_mirror(r.lib, s)
+        elif m.struct.flags != s.flags:
+            m.tensor._set_flags(s.flags)
+        m.struct = s
+        self.dirty[r.address] = None
+
+    def _same_sources(self, m: _Mirror) -> bool:
+        """Whether the tensors at the addresses ``m`` reads are still the ones it was made with: a
+        tensor rebuilt unchanged over a source that was renewed at the same address is new too."""
+        t, s = m.tensor, m.struct
+        for k, address in enumerate(s.src):
+            if address and (k >= len(t.src) or self._current(address) is not t.src[k]):
+                return False
+        return not s.view_src or self._current(s.view_src) is t.view_src
+
+    def _current(self, address: int) -> Tensor | None:
+        m = self.tensors.get(address)
+        return m.tensor if m is not None else None
+
+    def _mirror_of(self, address: int, what: str) -> Tensor:
+        m = self.tensors.get(address)
+        if m is None:
+            raise CaptureImportError(f"the capture names {what} at {address:#x} before describing it")
+        return m.tensor
+
+    def _new_mirror(self, lib: int, s: TensorStruct) -> _Mirror:
+        dtype = self.dtypes.get((lib, s.type_id))
+        op_name = self.ops.get((lib, 0, s.op_id))
+        if dtype is None or op_name is None:
+            raise CaptureImportError(f"tensor {s.name!r} at {s.address:#x} has a type or op never described")
+        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a else None for k, a in enumerate(s.src)]
+        view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}") if s.view_src else None
+        params = _op_params(s, op_name, self.ops, lib)
+        t = self._ctx(lib).new_tensor_impl(
+            dtype, s.ne, view_src, s.view_offs, nb=s.nb, op=Op[op_name], src=srcs, op_params=params, name=s.name,
+        )
+        if s.flags:
+            t._set_flags(s.flags)
+        m = _Mirror(t, s, lib)
+        self.tensors[s.address] = m
+        self._by_id[t.id] = m
+        return m
+
+    def _sync_dirty(self) -> None:
+        """Bring changed tensors' memory up to date, except during a replayed allocator call,
+        whose tensors are compared all at once when it returns."""
+        if self._replay_call() is not None:
+            return
+        dirty, self.dirty = self.dirty, {}
+        for address in dirty:
+            self._force(self.tensors[address], ev.PlacedBy.OBSERVED)
+
+    def _where(self, s: TensorStruct) -> tuple[Buffer, int] | None:
+        """The mirror buffer and offset of a real tensor's data (None: no data)."""
+        if not s.data:
+            return None
+        rb = self.buffers.get(s.buffer) if s.buffer else None
+        if rb is None or rb.mirror is None or not (rb.base <= s.data < rb.base + max(rb.size, 1)):
+            rb = self._buffer_at(s.data)
+        if rb is not None and rb.mirror is not None:
+            return rb.mirror, s.data - rb.base
+        # memory that is no ggml buffer (a context that allocated its own): a buffer of its own
+        root = s.view_src or s.address
+        buf = self._unknown_memory.get(root)
+        if buf is None:
+            size = max(self.tensors[root].tensor.nbytes if root in self.tensors else 0, 1)
+            host = BufferType("host memory", alignment=1, device=VIRTUAL)
+            buf = self._unknown_memory[root] = host.alloc_buffer(size, cause="not a ggml buffer")
+        return buf, (s.view_offs if s.view_src else 0)
+
+    def _force(self, m: _Mirror, by: ev.PlacedBy) -> bool:
+        """Give the mirror the real tensor's memory; False if it had it already."""
+        t = m.tensor
+        where = self._where(m.struct)
+        if where is None and t.data is None:
+            # a buffer but no data yet (a model loaded with no_alloc): ggml's planner counts
+            # such a tensor as allocated elsewhere, so the mirror keeps the buffer too
+            rb = self.buffers.get(m.struct.buffer) if m.struct.buffer else None
+            buffer = rb.mirror if rb is not None else None
+            if t.buffer is buffer or (buffer is None and m.struct.buffer == 0):
+                return False
+            if buffer is None:  # a buffer the capture never described: any non-None marker will do
+                buffer = self._placeholder_buffer()
+            t.buffer = buffer
+            return True
+        if where is not None and t.data is not None and t.storage is where[0] and t.offset == where[1]:
+            return False
+        if t.data is not None:
+            memory.clear_tensor_pointers(t, by="program")
+        if where is not None:
+            buf, offset = where
+            t.buffer = buf if t.view_src is None else None
+            t.data = buf.base + offset
+            t.storage = buf
+            recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
+        return True
+
+    def _placeholder_buffer(self) -> Buffer:
+        if self._placeholder is None:
+            self._placeholder = BufferType("unknown", device=VIRTUAL).alloc_buffer(0, cause="never described")
+        return self._placeholder
+
+    def _verify(self, call: _OpenCall) -> None:
+        """After a replayed call: every tensor of its graph must sit where the real one does."""
+        graph = call.graph
+        if graph is None:
+            return
+        seen: set[int] = set()
+        for t in (*graph.leafs, *graph.nodes):
+            for u in (t.view_src, t) if t.view_src is not None else (t,):
+                if u.id in seen:
+                    continue
+                seen.add(u.id)
+                m = self._by_id.get(u.id)
+                if m is None or self.tensors.get(m.struct.address) is not m:
+                    continue
+                replayed = (u.storage, u.offset) if u.data is not None else None
+                if m.struct.data:
+                    self.result.placements_checked += 1
+                if self._force(m, ev.PlacedBy.OBSERVED):
+                    self._mismatch("offset", u.id, _describe(self._where(m.struct)), _describe(replayed), call)
+
+    def _place(self, r: rf.Place) -> None:
+        m = self.tensors.get(r.tensor)
+        if m is None:
+            raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it")
+        if self._replay_call() is not None or r.result != 0:
+            return  # the replayed allocator's own placement (verified when its call returns), or a refused one
+        self.dirty.pop(r.tensor, None)
+        t = m.tensor
+        rb = self.buffers.get(r.buffer)
+        if r.kind == rf.PlaceKind.TENSOR_ALLOC and rb is not None and rb.mirror is not None and t.view_src is None:
+            if t.data is not None:
+                memory.clear_tensor_pointers(t, by="program")
+            memory.tensor_alloc(rb.mirror, t, rb.mirror.base + (r.address - rb.base), by=ev.PlacedBy.TALLOCR)
+        elif r.kind == rf.PlaceKind.VIEW_INIT and t.view_src is not None and t.view_src.data is not None:
+            if t.data is not None:
+                memory.clear_tensor_pointers(t, by="program")
+            memory.view_init(t)
+        self._force(m, ev.PlacedBy.OBSERVED)  # whatever the runtime's rules did differently, the real one wins
+
+    def _io(self, r: rf.TensorIo) -> None:
+        t = self._mirror_of(r.tensor, "a tensor read or written")
+        if r.kind == rf.IoKind.COPY:
+            src = self._mirror_of(r.source, "a copied tensor")
+            recorder.emit(ev.TensorCopy, src.id, t.id, src.nbytes)
+        elif r.kind == rf.IoKind.GET:
+            recorder.emit(ev.TensorGet, t.id, r.offset, r.size)
+        else:
+            recorder.emit(ev.TensorSet, t.id, r.offset, r.size)
+
+    # -- allocators and calls ----------------------------------------------------------------
+    def _galloc(self, r: rf.GallocInfo) -> None:
+        bufts = []
+        for p in r.bufts:
+            buft = self.bufts.get(p)
+            if buft is None:
+                raise CaptureImportError(f"graph allocator {r.galloc:#x} names a buffer type never described")
+            bufts.append(buft)
+        ga = GraphAllocator(bufts, rules=self.rules.get(r.lib, rules_for("0.21.0")))
+        self.gallocs[r.galloc] = _Galloc(ga, r.lib)
+
+    def _sched(self, r: rf.SchedInfo) -> None:
+        self.scheds[r.sched] = len(self.scheds)
+        for b in r.backends:
+            self.backends[b.backend] = b.name
+
+    def _replay_call(self) -> _OpenCall | None:
+        """The replayed allocator call that is running (the outermost one), if any."""
+        for c in self.stack:
+            if c.replayed:
+                return c
+        return None
+
+    def _location(self, call: rf.Call) -> ev.Location:
+        obj, _, fn = call.site.partition("\t")
+        fn = self.sites.get(fn, fn)
+        return ev.Location(obj or self.result.program or "?", 0, f"{fn} -> {call.kind.function}" if fn
+                           else call.kind.function)
+
+    def _graph(self, call: rf.Call) -> Graph:
+        # The capture writes a tensor again only when its bytes change, so a tensor rebuilt
+        # unchanged over a renewed source was not looked at: renew it now, sources first
+        # (leafs, then nodes in execution order).
+        for address in (*call.leafs, *call.nodes):
+            m = self.tensors.get(address)
+            if m is not None and not self._same_sources(m):
+                self._force(self._new_mirror(m.struct_lib, m.struct), ev.PlacedBy.OBSERVED)
+        nodes = tuple(self._mirror_of(a, "a graph node").id for a in call.nodes)
+        leafs = tuple(self._mirror_of(a, "a graph leaf").id for a in call.leafs)
+        cached = self.graphs.get(call.graph)
+        if cached is not None and cached[0] == nodes and cached[1] == leafs:
+            return cached[2]
+        g = Graph.of([self.tensors[a].tensor for a in call.nodes], [self.tensors[a].tensor for a in call.leafs])
+        self.graphs[call.graph] = (nodes, leafs, g)
+        return g
+
+    def _call(self, r: rf.Call) -> None:
+        self.now = r.t_ns
+        if not self.stack:  # the program's own call site: the outermost ggml call
+            self.loc = self._location(r)
+        open_ = _OpenCall(r)
+        kind = r.kind
+        if kind in rf.GALLOC_CALLS and self._replay_call() is None:
+            self._replay(open_)
+        elif kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
+            self._compute(r, self.backends.get(r.obj, "?"))
+            for outer in self.stack:
+                outer.computes += 1
+        elif kind == rf.CallKind.SCHED_RESET:
+            recorder.emit(ev.SchedReset, self.scheds.get(r.obj, -1))
+        elif kind == rf.CallKind.GALLOC_FREE:
+            g = self.gallocs.pop(r.obj, None)
+            if g is not None:
+                for chunks in g.ga.buffers:
+                    for b in chunks or ():
+                        if not b.freed:
+                            b.free(cause="ggml_gallocr_free")
+        self.stack.append(open_)
+
+    def _replay(self, open_: _OpenCall) -> None:
+        r = open_.call
+        g = self.gallocs.get(r.obj)
+        if g is None:
+            raise CaptureImportError(f"{r.kind.function} on a graph allocator at {r.obj:#x} that was never created")
+        open_.replayed, open_.galloc = True, g
+        open_.graph = graph = self._graph(r)
+        ga = g.ga
+        before = {id(b) for chunks in ga.buffers for b in chunks or ()}
+        self.result.replayed_calls += 1
+        try:
+            if r.kind == rf.CallKind.GALLOC_RESERVE_N:
+                open_.result = ga.reserve_n(graph, r.node_ids, r.leaf_ids)
+            elif r.kind == rf.CallKind.GALLOC_ALLOC_GRAPH:
+                open_.result = ga.alloc_graph(graph)
+            else:
+                open_.sizes = ga.reserve_n_size(graph, r.node_ids, r.leaf_ids)
+        except VizallocError as exc:
+            open_.error = f"{type(exc).__name__}: {exc}"
+        seen: set[int] = set()
+        for chunks in ga.buffers:
+            for b in chunks or ():
+                if id(b) not in before and id(b) not in seen:
+                    seen.add(id(b))
+                    open_.new_chunks.append(b)
+
+    def _return(self, r: rf.Return) -> None:
+        self.now = r.t_ns
+        if not self.stack or self.stack[-1].call.call != r.call:
+            raise rf.CaptureFormatError(f"call {r.call} ({r.kind.function}) returns but is not the innermost open call")
+        open_ = self.stack[-1]
+        if open_.replayed:
+            self._verify(open_)
+            self._check_return(open_, r)
+        self.stack.pop()
+        if open_.replayed and self.dirty:
+            self._sync_dirty()
+        if r.kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
+            recorder.emit(ev.ComputeEnd, self._open_compute, r.t_ns - open_.call.t_ns)
+        elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0:
+            # a synchronous or scheduler compute whose backend computes were not seen (they
+            # ran inside ggml without a call we could interpose): its own graph, as one compute
+            backend = self.backends.get(open_.call.obj, "?")
+            self._compute(open_.call, backend, end_ns=r.t_ns)
+            for outer in self.stack:
+                outer.computes += 1
+        if not self.stack:
+            self.loc = None  # placements between calls (weights) have no call site
+
+    def _check_return(self, open_: _OpenCall, r: rf.Return) -> None:
+        call = open_
+        real_ok = bool(r.result)
+        if open_.error:
+            self._mismatch("result", -1, "ok" if real_ok else "failed", open_.error, call)
+        elif open_.sizes is not None:
+            if tuple(open_.sizes) != tuple(r.sizes[:len(open_.sizes)]):
+                self._mismatch("buffer_size", -1, f"sizes {list(r.sizes)}", f"sizes {open_.sizes}", call)
+        elif open_.result is not None and open_.result != real_ok:
+            self._mismatch("result", -1, str(real_ok), str(open_.result), call)
+        for b in open_.new_chunks:
+            self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", call)
+        ga = open_.galloc.ga if open_.galloc else None
+        if ga is not None and open_.sizes is None:
+            self._buffer_sizes[id(ga)] = [(buft.name, ga.buffer_size(i)) for i, buft in enumerate(ga.bufts)]
+
+    def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
+        graph = self._graph(call)
+        compute_id = next(self._compute_ids)
+        self._open_compute = compute_id
+        self.result.computes += 1
+        recorder.emit(ev.ComputeBegin, compute_id, graph.id, backend, len(graph.nodes))
+        for index, t in enumerate(graph.nodes):
+            if t.op in NOOP_OPS or not t.nelements:
+                continue
+            reads = tuple(s.id for s in t.src if s is not None)
+            recorder.emit(ev.NodeCompute, compute_id, index, t.id, backend, reads, 0)
+        if end_ns is not None:
+            recorder.emit(ev.ComputeEnd, compute_id, end_ns - call.t_ns)
+
+    def _mismatch(self, what: str, tensor_id: int, observed: str, replayed: str, call: _OpenCall) -> None:
+        self.result.mismatches += 1
+        version = self._version(call.call.lib)
+        recorder.emit(ev.ReplayMismatch, what, tensor_id, observed, replayed, call.call.kind.function, version)
+
+    def _compute_buffers(self) -> list[tuple[str, int]]:
+        """The buffers of each graph allocator's last plan (freed allocators included)."""
+        return [(name, size) for sizes in self._buffer_sizes.values() for name, size in sizes if size]
+
+
+def _describe(where: tuple[Buffer, int] | None) -> str:
+    if where is None:
+        return "no memory"
+    buf, offset = where
+    return f"buffer #{buf.id} ({buf.buft.name}) + {offset}"
+
+
+def _op_params(s: TensorStruct, op_name: str, ops: dict[tuple[int, int, int], str], lib: int) -> tuple[int | str, ...]:
+    """The op params as ggml stores them (int32 words, trailing zeros dropped), with the
+    unary or GLU function's name in front, as vizalloc's own ops record them."""
+    words = list(s.op_params)
+    while words and words[-1] == 0:
+        words.pop()
+    if op_name in ("UNARY", "GLU"):
+        family = 1 if op_name == "UNARY" else 2
+        first = s.op_params[0]
+        return (ops.get((lib, family, first), str(first)), *words[1:])
+    return tuple(words)
