@@ -19,7 +19,7 @@ def _chain_to_the_programs_own_sitecustomize() -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
-        import sitecustomize  # noqa: F401  (the program's own, if there is one)
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401  (the program's own, if any)
     except ImportError:
         pass
     finally:
