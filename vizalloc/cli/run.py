@@ -37,6 +37,7 @@ import traceback
 from typing import Any
 
 from vizalloc.errors import UsageError
+from vizalloc.text import inert_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -203,7 +204,7 @@ def _check(path: str, out: Any) -> bool:
     hazards = find_hazards(build_model(load(path)))
     serious = [h for h in hazards if h.kind.value != "replan"]
     for h in serious[:5]:
-        out.write(h.report() + "\n\n")
+        out.write(inert_lines(h.report()) + "\n\n")
     if len(serious) > 5:
         out.write(f"... {len(serious) - 5} more; run: vizalloc check {path}\n")
     kinds: dict[str, int] = {}
