@@ -52,7 +52,8 @@ from vizalloc.runtime.buffer import BufferType  # noqa: E402
 from vizalloc.runtime.context import Context  # noqa: E402
 from vizalloc.runtime.dtype import F32  # noqa: E402
 from vizalloc.runtime.graph import Graph  # noqa: E402
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set  # noqa: E402
+from vizalloc.runtime.alloc import alloc_ctx_tensors  # noqa: E402
+from vizalloc.runtime.memory import tensor_get, tensor_set  # noqa: E402
 from vizalloc.runtime.tensor import set_input, set_output  # noqa: E402
 from vizalloc.trace import events as ev  # noqa: E402
 from vizalloc.trace.recorder import ListRecorder  # noqa: E402

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 @pytest.fixture
 def recorded():
     """Record every event the runtime emits inside the test into ``recorded.events``."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         yield rec
 
 

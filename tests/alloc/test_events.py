@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from vizalloc.runtime import Context
 from vizalloc.runtime.alloc import GraphAllocator
-from vizalloc.runtime.memory import alloc_ctx_tensors
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.tensor import Op
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.alloc.helpers import INPUT, OUTPUT, cpu, graph, leaf, node, view
 
@@ -27,7 +27,7 @@ def test_plan_of_the_three_node_graph_step_by_step() -> None:
     ctx = Context()
     g, (a, b, n0, n1, n2) = _three_node(ctx)
     galloc = GraphAllocator(cpu())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g)
     plan = [e for e in rec.events if type(e).__name__.startswith("Plan")]
     begin = plan[0]
@@ -75,7 +75,7 @@ def test_refusals_name_every_parent_examined() -> None:
     u = node(ctx, Op.SCALE, [i16], (16,), name="u")    # layout differs from i16 ([8] vs [16])
     g = graph(q, t, u)
     galloc = GraphAllocator(cpu())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g)
     names = {k.id: k.name for k in (w, x, o, v, i16, p, q, r, s, t, u)}
     refused = [(names[e.tensor_id], names[e.parent_id], e.reason.value) for e in rec.events
@@ -95,7 +95,7 @@ def test_not_own_parent() -> None:
     x = leaf(ctx, 16, name="x")
     p = node(ctx, Op.CONT, [x], name="p")
     q = node(ctx, Op.SCALE, [p], name="q", flags=INPUT)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert GraphAllocator(cpu()).alloc_graph(graph(q))
     refused = [(e.tensor_id, e.parent_id, e.reason) for e in rec.events if isinstance(e, ev.PlanRefused)]
     assert refused == [(q.id, p.id, ev.RefuseReason.NOT_OWN)]

@@ -10,10 +10,11 @@ from vizalloc.errors import DanglingPointerError, GraphError
 from vizalloc.runtime import Context, set_strict
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.buffer import BufferType
-from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_array
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import clear_tensor_pointers, tensor_array
 from vizalloc.runtime.tensor import Op
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.alloc.helpers import INPUT, OUTPUT, cpu, graph, leaf, node
 
@@ -35,17 +36,17 @@ def test_replan_causes_are_reported() -> None:
     ctx = Context()
     galloc = GraphAllocator(cpu())
     g1 = _chain(ctx, 3)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g1)
         assert galloc.alloc_graph(g1)  # same graph: everything kept, no re-plan
     assert [r.cause for r in _replans(rec.events)] == [ev.ReplanCause.FIRST]
     g2 = _chain(ctx, 4)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g2)
     assert [r.cause for r in _replans(rec.events)] == [ev.ReplanCause.N_NODES]
     # same counts, bigger node: NODE_SIZE names the node
     g3 = _chain(ctx, 4, width=64)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g3)
     (r,) = _replans(rec.events)
     assert r.cause is ev.ReplanCause.NODE_SIZE and r.node_index == 0 and "needs 256 bytes" in r.detail
@@ -53,7 +54,7 @@ def test_replan_causes_are_reported() -> None:
     xs = leaf(ctx, 16, name="xs")
     assert galloc.alloc_graph(graph(node(ctx, Op.SUM, [xs], (1,))))
     xb = leaf(ctx, 64, name="xb")
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(graph(node(ctx, Op.SUM, [xb], (1,))))
     (r,) = _replans(rec.events)
     assert r.cause is ev.ReplanCause.SRC_SIZE and r.tensor_id == xb.id and "source 0 'xb'" in r.detail
@@ -65,7 +66,7 @@ def test_replan_causes_are_reported() -> None:
     g4 = graph(y)
     assert galloc.reserve(g4)
     clear_tensor_pointers(w)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g4)
     (r,) = _replans(rec.events)
     assert r.cause is ev.ReplanCause.LOST_DATA and r.tensor_id == w.id
@@ -79,7 +80,7 @@ def test_leaf_count_change_is_a_replan() -> None:
     assert galloc.alloc_graph(graph(s))
     c = leaf(ctx, 8)
     s2 = node(ctx, Op.ADD, [a, b])
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(graph(c, s2))
     assert [r.cause for r in _replans(rec.events)] == [ev.ReplanCause.N_LEAFS]
 
@@ -107,7 +108,7 @@ def test_rebuild_frees_old_buffers_and_old_tensors_dangle() -> None:
     old = small.nodes[0]
     old_buf = galloc.buffers[0][0]
     big = _chain(ctx, 2, width=1024)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(big)
     assert old_buf.freed and galloc.buffers[0][0] is not old_buf
     freed = [e for e in rec.events if isinstance(e, ev.BufferFreed)]
@@ -147,7 +148,7 @@ def test_external_tensors_are_invisible_to_the_planner() -> None:
     y = node(ctx, Op.ADD, [w, x], name="y")  # may not take w (external), may take x
     g = graph(y)
     galloc = GraphAllocator(cpu())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g)
     assert w.storage is static and y.offset == x.offset == 0
     assert [e.tensor_id for e in rec.events if isinstance(e, ev.PlanExternal)] == [w.id]
@@ -184,7 +185,7 @@ def test_reclaim_replans_shared_tensors_like_fresh_ones() -> None:
     a, b, (x, t, y, z) = _sec92(ctx)
     galloc = GraphAllocator(cpu(), reclaim=True)
     assert galloc.alloc_graph(a)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(b)
     cleared = {e.tensor_id for e in rec.events if isinstance(e, ev.TensorCleared)}
     assert {x.id, t.id} <= cleared
@@ -263,7 +264,7 @@ def test_input_node_allocated_in_phase_2_sees_partial_counts() -> None:
     g = graph(q)
     assert [t.name for t in g.nodes] == ["p", "y", "q"]
     galloc = GraphAllocator(cpu())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         assert galloc.alloc_graph(g)
     assert [(t.name, t.offset) for t in (x, p, y, q)] == [("x", 256), ("p", 512), ("y", 0), ("q", 512)]
     assert galloc.buffer_size(0) == 768

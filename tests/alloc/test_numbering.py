@@ -1,14 +1,16 @@
-"""The planner numbers tensors two ways: while it scans them (no trace) or all at once first
-(trace, or a graph that lists a tensor twice). Both must give the same plan, also for graphs
-that the incremental numbering cannot finish: sources outside the graph or later in it,
-view roots outside it, tensors listed twice."""
+"""``flatten`` numbers tensors two ways: while it scans them (incremental) or all at once
+first (bulk, also the fallback for a graph that lists a tensor twice). Both must give the
+same numbering, also for graphs that the incremental numbering cannot finish: sources
+outside the graph or later in it, view roots outside it, tensors listed twice. The plans
+made with and without a trace recording must be the same too."""
 
 from __future__ import annotations
 
 from vizalloc.runtime import Context, Graph
 from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.alloc.planner import flatten
 from vizalloc.runtime.tensor import Op
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.alloc.helpers import INPUT, cpu, leaf, node, view
 
@@ -16,7 +18,7 @@ from tests.alloc.helpers import INPUT, cpu, leaf, node, view
 def _records(g: Graph, traced: bool) -> tuple:
     galloc = GraphAllocator(cpu())
     if traced:
-        with ListRecorder():
+        with StrictRecorder():
             galloc.reserve(g)
     else:
         galloc.reserve(g)
@@ -26,7 +28,17 @@ def _records(g: Graph, traced: bool) -> tuple:
     return plan.node_records(), plan.leaf_records(), srcs, galloc.chunk_sizes()
 
 
+def _numbering(g: Graph, incremental: bool) -> tuple:
+    f = flatten(g, plain=True, incremental=incremental)
+    return (f.tensors, f.leaf_k, f.node_k, f.node_src, f.empty, f.view_root, bytes(f.flags), bytes(f.state),
+            f.size, bytes(f.has_record), f.external)
+
+
 def _same_both_ways(g: Graph) -> None:
+    incremental, bulk = _numbering(g, incremental=True), _numbering(g, incremental=False)
+    assert incremental == bulk
+    tensors = incremental[0]
+    assert len({id(t) for t in tensors}) == len(tensors)  # one number per tensor
     assert _records(g, traced=False) == _records(g, traced=True)
 
 

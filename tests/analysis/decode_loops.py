@@ -19,7 +19,8 @@ from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import clear_tensor_pointers, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor, set_input, set_output
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import ListRecorder

@@ -35,7 +35,7 @@ from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.memory import clear_tensor_pointers, tensor_set
 from vizalloc.runtime.tensor import Op, Tensor, set_input, set_output
 
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 CONTENT_KINDS = (HazardKind.USE_AFTER_REUSE, HazardKind.UNINITIALIZED_READ)
 UNARY = ("relu", "neg", "sqr", "abs")
@@ -126,7 +126,7 @@ def run_case(seed: int) -> tuple[Reads, Reads, int]:
             snap(t)
         return True
 
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         galloc = GraphAllocator(buft)
         for step in range(int(rng.integers(2, 5))):
             ctx = Context(name=f"g{step}")

@@ -21,7 +21,7 @@ from vizalloc.runtime.memory import tensor_set
 from vizalloc.scenarios.shared_tensors import (
     CONFIGS, STRATEGIES, Net, Params, init_params, make_batches, one_step_fresh, run,
 )
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 STEPS = 3
 
@@ -39,7 +39,7 @@ def _churn(hazards: list[Hazard]) -> list[Hazard]:
 
 
 def test_the_churn_report_names_the_proven_fixes_and_only_those() -> None:
-    rec = ListRecorder()
+    rec = StrictRecorder()
     run("none", steps=STEPS, seed=0, around_loop=lambda: rec)
     churn = _churn(find_hazards(build_model(rec.events)))
     assert len(churn) == 1
@@ -55,7 +55,7 @@ def test_the_churn_report_names_the_proven_fixes_and_only_those() -> None:
 
 @pytest.mark.parametrize("fix", sorted(CHURN_FIXES))
 def test_each_advised_fix_removes_the_hazard_in_the_churning_loop(fix: str) -> None:
-    rec = ListRecorder()
+    rec = StrictRecorder()
     result = run(fix, steps=STEPS, seed=0, around_loop=lambda: rec)
     hazards = find_hazards(build_model(rec.events))
     assert _churn(hazards), "the fix must be proven in the churning situation"
@@ -72,7 +72,7 @@ def _loop(alloc_for: Callable[[Graph], GraphAllocator]) -> tuple[list[Hazard], f
     init = init_params(cfg, rng)
     batches = make_batches(cfg, STEPS, rng)
     before, after = [], []
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         backend = CPUBackend()
         net = Net(cfg, init, backend.buffer_type)
         for x, labels in batches:
@@ -111,7 +111,7 @@ def test_a_fresh_allocator_per_alloc_graph_does_not_fix_it() -> None:
 
 @pytest.mark.parametrize("config", ["A", "B"])
 def test_reserving_the_largest_graph_once_does_not_fix_it(config: str) -> None:
-    rec = ListRecorder()
+    rec = StrictRecorder()
     result = run("none", steps=STEPS, seed=0, config=config, presize=True, around_loop=lambda: rec)
     hazards = find_hazards(build_model(rec.events))
     assert _churn(hazards)  # the graphs still alternate, so the allocator still re-plans

@@ -10,7 +10,7 @@ from vizalloc.analysis import liveness
 from vizalloc.analysis.hazards import DEFINITIONS, HazardKind, find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.scenarios.shared_tensors import run
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.analysis.test_hazards import stale_scenario
 
@@ -38,7 +38,7 @@ def test_demo_stale_overlaps_satisfy_the_definition_they_state() -> None:
     """The pairs the user saw (both tensors from binding #0) are what the definition says:
     two roots of the bound graph, sharing the reported bytes, both live in it, at least one
     stale since an earlier binding; here both are, packed together by binding #0's plan."""
-    rec = ListRecorder()
+    rec = StrictRecorder()
     run("none", steps=2, seed=0, around_loop=lambda: rec)
     model = build_model(rec.events)
     stale = [h for h in find_hazards(model) if h.kind is HazardKind.STALE_OVERLAP]

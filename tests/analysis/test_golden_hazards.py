@@ -11,8 +11,8 @@ import pytest
 
 from vizalloc.analysis.hazards import HazardKind, find_hazards
 from vizalloc.analysis.model import build_model
-from vizalloc.runtime.casefile import CaseReplay, parse_case
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.casefile import CaseReplay, parse_case
+from vizalloc.trace.recorder import StrictRecorder
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.json"))
@@ -32,7 +32,7 @@ def golden_pairs(data: dict) -> list[set[frozenset[int]]]:
 
 def replay(name: str):
     data = json.loads((GOLDEN / f"{name}.json").read_text())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         rp = CaseReplay(parse_case(data))
         rp.run()
     ids = {t.id: i for i, t in enumerate(rp.tensors)}

@@ -16,9 +16,9 @@ from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.memory import tensor_set
 from vizalloc.runtime.tensor import set_input, set_output
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def _chain(ctx: Context, x, n: int, tag: str):
@@ -32,7 +32,7 @@ def _chain(ctx: Context, x, n: int, tag: str):
 def _reused_graph_run(reset: str):
     """One graph object built for A, bound and computed, reset, rebuilt for B, bound and computed."""
     buft = BufferType("CPU", alignment=32)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         ctx = Context(name="c")
         x = ctx.new_tensor_1d(F32, 16, "x")
         set_input(x)

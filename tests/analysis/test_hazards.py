@@ -6,7 +6,7 @@ from vizalloc.analysis.hazards import Hazard, HazardKind, find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.trace import events as ev
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def kinds(hazards: list[Hazard]) -> dict[str, int]:

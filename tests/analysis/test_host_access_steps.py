@@ -8,10 +8,10 @@ from vizalloc.analysis.model import build_model
 from vizalloc.export.findings import highlights
 from vizalloc.scenarios.shared_tensors import run
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 from vizalloc.tui.steps import Prescan, StepKind, count_hazards
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def two_steps() -> tuple[TraceBuilder, dict[str, int]]:
@@ -126,7 +126,7 @@ def test_a_write_no_compute_follows_has_no_step():
 def test_demo_first_step_is_clean_and_input_sets_count_at_the_backward_compute():
     """The demo loop without a fix: the first (forward) compute has no hazard; the inputs set
     into the freed buffer after each backward binding count at that backward compute."""
-    rec = ListRecorder()
+    rec = StrictRecorder()
     run("none", steps=2, seed=0, around_loop=lambda: rec)
     model = build_model(rec.events)
     hazards = find_hazards(model)

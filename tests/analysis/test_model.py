@@ -6,9 +6,9 @@ from vizalloc.analysis.model import build_model
 from vizalloc.analysis.liveness import both_live, compute_spans
 from vizalloc.analysis.records import NEVER, HistoryKind, PlacementState, nbytes_of
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
 
 
@@ -20,7 +20,7 @@ def test_nbytes_matches_ggml():
 
 
 def test_accepts_a_recorder_or_events():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     rec.events.append(ev.Marker(1, 0, None, "hello"))
     assert build_model(rec).markers[0].text == "hello"
     assert build_model(tuple(rec.events)).n_events == 1

@@ -8,7 +8,7 @@ from vizalloc.analysis.model import build_model
 from vizalloc.analysis.records import PlacementState
 from vizalloc.analysis.placed import placed_roots
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.tui.fixture_trace import G1, G2, G3, H, LOSS, W, X, Y, fixed_trace
 
 

@@ -24,9 +24,9 @@ from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor, set_input, set_output
 from vizalloc.trace import api
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 
 def _mlp_graph(prefix: str, ops_: tuple[str, str, str] = ("add", "mul", "sub")) -> Graph:
@@ -68,7 +68,7 @@ def test_a_graph_rebuilt_with_other_names_is_no_plan_mismatch(tmp_path: Path, ca
 
 
 def test_plan_mismatch_lists_every_position_that_differs() -> None:
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         _reserve_then_bind(_mlp_graph("a_", ("add", "mul", "sub")), _mlp_graph("b_", ("mul", "mul", "add")))
     hazards = [h for h in find_hazards(build_model(rec.events)) if h.kind is not HazardKind.REPLAN]
     assert [h.kind for h in hazards] == [HazardKind.PLAN_MISMATCH]
@@ -105,7 +105,7 @@ def test_plan_mismatch_names_a_changed_source_position() -> None:
 
 def test_same_structure_rebuilt_again_is_not_reported_twice_as_new() -> None:
     """Rebinding the same renamed structure over and over stays clean (the decode-loop shape)."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         galloc = GraphAllocator(BufferType("CPU", alignment=32))
         assert galloc.reserve(_mlp_graph("r_"))
         for step in range(4):
@@ -140,7 +140,7 @@ def _offsets(ts: dict[str, Tensor]) -> dict[str, tuple[int, int]]:
 def overflow_run() -> tuple[list[Any], dict[str, tuple[int, int]], float]:
     """reserve(G) with a 64-byte unused leaf, then alloc_graph(G') where it has 128 bytes:
     ggml re-validates only node and source entries, so G' is bound to G's plan."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         galloc = GraphAllocator(BufferType("CPU", alignment=32))
         assert galloc.reserve(_graph_with_unused_leaf(16)[0])
         g, ts = _graph_with_unused_leaf(32)
@@ -172,7 +172,7 @@ def test_a_grown_unconsumed_leaf_bound_over_live_tensors_is_a_plan_overflow() ->
 
 def test_plan_overflow_is_reported_even_if_nobody_reads_the_covered_bytes() -> None:
     """The same binding with no compute and no set at all: the overlap alone is the finding."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         galloc = GraphAllocator(BufferType("CPU", alignment=32))
         assert galloc.reserve(_graph_with_unused_leaf(16)[0])
         assert galloc.alloc_graph(_graph_with_unused_leaf(32)[0])
@@ -182,7 +182,7 @@ def test_plan_overflow_is_reported_even_if_nobody_reads_the_covered_bytes() -> N
 
 def test_a_leaf_that_shrank_or_kept_its_size_is_no_plan_overflow() -> None:
     for n in (8, 16):
-        with ListRecorder() as rec:
+        with StrictRecorder() as rec:
             galloc = GraphAllocator(BufferType("CPU", alignment=32))
             assert galloc.reserve(_graph_with_unused_leaf(16)[0])
             assert galloc.alloc_graph(_graph_with_unused_leaf(n)[0])

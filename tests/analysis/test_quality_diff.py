@@ -9,11 +9,11 @@ from vizalloc.analysis.diff import diff_models
 from vizalloc.analysis.hazards import HazardKind
 from vizalloc.analysis.model import build_model
 from vizalloc.analysis.quality import Block, greedy_by_size, peak_live, plan_quality
-from vizalloc.runtime.casefile import CaseReplay, parse_case
+from vizalloc.casefile import CaseReplay, parse_case
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
@@ -91,7 +91,7 @@ def test_padding_waste():
 
 def golden_model(name: str):
     data = json.loads((GOLDEN / f"{name}.json").read_text())
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         CaseReplay(parse_case(data)).run()
     return data, build_model(rec.events)
 

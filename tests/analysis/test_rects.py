@@ -13,7 +13,7 @@ from vizalloc.analysis.model import build_model
 from vizalloc.analysis.rects import intersecting_pairs, intersecting_pairs_brute
 from vizalloc.trace import events as ev
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 
 rect = st.tuples(st.integers(0, 40), st.integers(0, 12), st.integers(-1, 10), st.integers(0, 8)).map(
     lambda r: (r[0], r[0] + r[1], r[2], r[2] + r[3]))

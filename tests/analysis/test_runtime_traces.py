@@ -16,10 +16,11 @@ from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32, I32
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.tensor import set_input, set_output
 from vizalloc.scenarios.shared_tensors import STRATEGIES, run
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 D, V, N = 4, 16, 8
 
@@ -33,7 +34,7 @@ def index_leaf_run(capture: bool = False):
     index stays in range: the corruption is silent, as in the bug report, not a crash."""
     buft = BufferType("CPU", alignment=32)
     rng = np.random.default_rng(1)
-    with ListRecorder(capture_values=capture) as rec:
+    with StrictRecorder(capture_values=capture) as rec:
         wctx = Context(name="weights")
         emb = wctx.new_tensor_2d(F32, D, V, name="emb")
         big = wctx.new_tensor_2d(F32, 64, 16, name="big")
@@ -110,7 +111,7 @@ def mismatch_run(op_b: str):
     """llama.cpp #28448's shape: a plan reserved for one graph, then a graph whose node at one
     position is another op with the same sizes: the size-only check reuses the plan."""
     buft = BufferType("CPU", alignment=32)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         galloc = GraphAllocator(buft)
         graphs = []
         for op in ("add", op_b):
@@ -144,7 +145,7 @@ def test_plan_reused_for_the_same_structure_is_fine():
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_demo_strategies(strategy: str) -> None:
-    rec = ListRecorder()
+    rec = StrictRecorder()
     result = run(strategy, steps=3, seed=0, around_loop=lambda: rec)
     hazards = find_hazards(build_model(rec.events))
     memory = {h.kind for h in hazards if h.kind is not HazardKind.REPLAN}
@@ -157,7 +158,7 @@ def test_demo_strategies(strategy: str) -> None:
 
 
 def test_invalidate_defeated_by_a_reserve_in_between():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     result = run("invalidate", steps=3, seed=0, reserve_between=True, around_loop=lambda: rec)
     hazards = find_hazards(build_model(rec.events))
     kinds = {h.kind for h in hazards}
@@ -168,7 +169,7 @@ def test_invalidate_defeated_by_a_reserve_in_between():
 def test_demo_config_b_matches_what_real_ggml_showed():
     """golden README, seed scenario config B (no reallocation): 14 both_live pairs per backward
     step, and even the loss read after the backward step is wrong."""
-    rec = ListRecorder()
+    rec = StrictRecorder()
     run("none", steps=2, seed=0, config="B", around_loop=lambda: rec)
     model = build_model(rec.events)
     hazards = find_hazards(model)
@@ -185,7 +186,7 @@ def test_two_backends_with_input_copies_are_clean():
     bytes at different times are no hazard (found as a false alarm before this rule)."""
     from tests.runtime.test_sched import TwoBackends
 
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         m = TwoBackends()
         for _ in range(3):
             m.sched.reset()
@@ -210,7 +211,7 @@ def test_cast_and_cpy_destinations_are_not_reads():
     from vizalloc.runtime.dtype import F16
 
     buft = BufferType("CPU", alignment=32)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         ctx = Context(name="compute")
         a = ctx.new_tensor_1d(F32, 16, name="a")
         set_input(a)

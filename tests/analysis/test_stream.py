@@ -84,7 +84,7 @@ def trace_file(events: list[ev.Event], per_compute: bool = True, chunk: int = 64
 
 
 def stream_of_columns(events: list[ev.Event], batch: int, per_compute: bool = True) -> tuple[Any, list[Any], Any]:
-    from vizalloc.analysis.model import gc_paused
+    from vizalloc.gcpause import gc_paused
     from vizalloc.analysis.stream import StreamAnalysis
 
     stream = StreamAnalysis()

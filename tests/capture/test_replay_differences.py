@@ -17,7 +17,7 @@ from vizalloc.capture.launch import capture_environment
 from vizalloc.capture.layout import decode
 from vizalloc.capture.replay import Importer
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 from tests.capture.conftest import PROGRAMS
 
@@ -35,7 +35,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> list[rf.Record]:
 
 
 def _import(records: list[rf.Record]) -> list[ev.Event]:
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         Importer(records).run()
     return rec.events
 

@@ -12,7 +12,7 @@ from vizalloc.scenarios.shared_tensors import run
 from vizalloc.trace import api
 from vizalloc.trace.value import Trace, TraceHeader
 
-from tests.analysis.builders import TraceBuilder
+from tests.builders import TraceBuilder
 from tests.analysis.test_hazards import stale_scenario
 
 

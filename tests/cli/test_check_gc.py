@@ -32,7 +32,7 @@ def test_check_leaves_the_collector_as_it_was(trace_path: Path, enabled: bool, c
             gc.enable()
         else:
             gc.disable()
-        assert main(["check", "--json", str(trace_path)]) in (0, 1)
+        assert main(["check", "--json", str(trace_path)]) == 0  # the "clear" fix leaves only a re-plan, not failing
         assert gc.isenabled() is enabled
         assert gc.get_freeze_count() == frozen_before
     finally:

@@ -73,7 +73,8 @@ SCRIPT = textwrap.dedent(
     """
     import numpy as np
     from vizalloc.runtime import Context, F32, BufferType, Graph, ops
-    from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set
+    from vizalloc.runtime.alloc import alloc_ctx_tensors
+    from vizalloc.runtime.memory import tensor_set
 
     ctx = Context(name="w")
     a = ctx.new_tensor_1d(F32, 256, name="a")

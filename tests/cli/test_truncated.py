@@ -40,7 +40,7 @@ def test_check_says_where_the_trace_is_cut(whole, capsys: pytest.CaptureFixture[
     n_events = frames[0].n_events + frames[1].n_events
     code = main(["check", str(path)])
     out, err = capsys.readouterr()
-    assert code in (0, 1)
+    assert code == 0  # the two frames read hold no failing hazard
     assert (f"vizalloc check: warning: {path}: trace cut at byte {at:,}, 100 bytes into the frame at byte "
             f"{third.offset:,}") in err
     assert f"read {n_events:,} events in 2 complete frames" in err

@@ -12,7 +12,7 @@ from vizalloc.runtime.memory import tensor_set
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Op, set_input, set_output
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def seed_stale(names: tuple[str, ...] = ("x", "t", "u", "s", "y", "z", "q")) -> list[ev.Event]:
@@ -22,7 +22,7 @@ def seed_stale(names: tuple[str, ...] = ("x", "t", "u", "s", "y", "z", "q")) -> 
     place over y) on their bytes [0, 256).
     """
     nx, nt, nu, ns, ny, nz, nq = names
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         ctx = Context(no_alloc=True)
         galloc = GraphAllocator([BufferType("CPU", alignment=32)])
         x = ctx.new_tensor_1d(F32, 64, name=nx)
@@ -48,7 +48,7 @@ def seed_stale(names: tuple[str, ...] = ("x", "t", "u", "s", "y", "z", "q")) -> 
 def two_backends(compute: bool = True) -> list[ev.Event]:
     """x (CPU input) -> h = mul_mat(w, x) on SIM -> r = relu(h) on CPU -> o = add(r, h) on SIM:
     three splits, three input copies; computed once."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         sim = SimBackend("SIM", supported_ops={Op.MUL_MAT, Op.ADD})
         cpu = CPUBackend()
         wctx = Context(name="weights")
@@ -75,7 +75,7 @@ def two_backends(compute: bool = True) -> list[ev.Event]:
 
 def mlp_chain(n_layers: int, width: int = 8, prefix: str = "blk.{i}.") -> list[ev.Event]:
     """A chain of ``n_layers`` layers (mul_mat, add, relu each), planned and bound on the CPU."""
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         wctx = Context(name="weights", no_alloc=True)
         ctx = Context(name="compute", no_alloc=True)
         x = ctx.new_tensor_2d(F32, width, 2, "x")

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.export.builders import Events, three_node_graph
+from tests.builders import TraceBuilder
 from tests.export.scenarios import mlp_chain, seed_stale, two_backends
 from vizalloc.analysis.hazards import find_hazards
 from vizalloc.analysis.model import build_model
@@ -35,6 +35,31 @@ EXPECTED_THREE = '''digraph vizalloc {
 '''
 
 
+def three_node_graph() -> TraceBuilder:
+    """a, b leafs; c = add(a, b); d = relu(c) in place; bound by binding 0 into buffer 0."""
+    b = TraceBuilder(auto_loc=False)
+    b.emit(ev.ContextCreated, 0, "ctx", True)
+    b.tensor("a", 4, tid=0, flags=1)
+    b.tensor("b", 4, tid=1, flags=1)
+    b.tensor("c", 4, tid=2, op="ADD", srcs=(0, 1))
+    b.tensor("d", 4, tid=3, op="UNARY", srcs=(2,), flags=2)
+    b.emit(ev.GraphCreated, 0, 2048, "new", -1)
+    b.emit(ev.GraphExpanded, 0, (2, 3), (0, 1))
+    b.emit(ev.Replan, 0, ev.ReplanCause.FIRST, "", -1, -1)
+    b.emit(ev.PlanBegin, 0, 0, 0, 2, 2, (32,))
+    b.emit(ev.PlanAlloc, 0, 0, 0, 0, 0, 32, 1, -1)
+    b.emit(ev.PlanAlloc, 0, 1, 0, 0, 32, 32, 1, -1)
+    b.emit(ev.PlanAlloc, 0, 2, 0, 0, 64, 32, 3, -1)
+    b.emit(ev.PlanInplace, 0, 3, 2, 0, 0, 64)
+    b.emit(ev.PlanEnd, 0, ((96,),))
+    b.emit(ev.BufferAllocated, 0, "CPU", "CPU", 0x10000, 96, 32, "compute", 0, 0, 0, "reserve")
+    b.emit(ev.BindingBegin, 0, 0, 0, 0)
+    for tid, off in ((0, 0), (1, 32), (2, 64), (3, 64)):
+        b.place(tid, 0, off, nbytes=16, by=ev.PlacedBy.GALLOCR, binding=0)
+    b.emit(ev.BindingEnd, 0, True)
+    return b
+
+
 def test_three_node_graph_exact_dot():
     text = graph_dot(build_model(three_node_graph().events))
     assert text.startswith(EXPECTED_THREE)
@@ -45,12 +70,12 @@ def test_three_node_graph_exact_dot():
 
 
 def test_view_edge_is_dashed_and_not_doubled_by_src0():
-    b = Events()
-    b.tensor(0, "a", flags=1)
-    b.tensor(1, "v", "VIEW", (0,), view_src=0, view_offs=8)
-    b.tensor(2, "r", "UNARY", (1,))
-    b.add(ev.GraphCreated, 0, 16, "new", -1)
-    b.add(ev.GraphExpanded, 0, (1, 2), (0,))
+    b = TraceBuilder(auto_loc=False)
+    b.tensor("a", 4, tid=0, flags=1)
+    b.tensor("v", 4, tid=1, op="VIEW", srcs=(0,), view_src=0, view_offs=8)
+    b.tensor("r", 4, tid=2, op="UNARY", srcs=(1,))
+    b.emit(ev.GraphCreated, 0, 16, "new", -1)
+    b.emit(ev.GraphExpanded, 0, (1, 2), (0,))
     gm = build_graph_model(build_model(b.events))
     kinds = {(e.src, e.dst): e.kind for e in gm.edges}
     assert kinds == {("t0", "t1"): EdgeKind.VIEW, ("t1", "t2"): EdgeKind.DATA}

@@ -13,7 +13,7 @@ from vizalloc.analysis.model import build_model
 from vizalloc.export.findings import highlights
 from vizalloc.export.layout import CHAR_WIDTH, build_layout, layout_svg
 from vizalloc.export.selection import select
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -108,7 +108,7 @@ def test_a_freed_buffer_says_so_and_gets_no_lower_bound():
     lower bound (the backward plan put nothing there), and every figure fits its buffer."""
     from vizalloc.scenarios.shared_tensors import run
 
-    rec = ListRecorder()
+    rec = StrictRecorder()
     run("none", steps=1, around_loop=lambda: rec)
     model = build_model(rec.events)
     found = highlights(find_hazards(model))
@@ -155,7 +155,7 @@ def test_without_findings_the_most_split_binding_is_drawn_and_named():
     says why it was chosen."""
     from vizalloc.scenarios import transformer_block as tb
 
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         tb.run(tb.BlockConfig(d_model=8, n_head=2, d_ff=16, n_tokens=4))
     model = build_model(rec.events)
     assert not [h for h in find_hazards(model) if h.kind.value != "replan"]

@@ -14,7 +14,7 @@ from vizalloc.runtime import Context, F32, Graph, ops
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.tensor import set_input, set_output
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def test_seed_plans_exact_rows():
@@ -61,7 +61,7 @@ def test_one_problem_per_buffer_slot():
 
 
 def _random_graph(rng: random.Random, n: int) -> list:
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         ctx = Context(no_alloc=True)
         pool = []
         for i in range(3):

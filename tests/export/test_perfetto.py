@@ -5,13 +5,19 @@ from __future__ import annotations
 import io
 import json
 
-from tests.export.builders import Events
+from tests.builders import TraceBuilder
 from tests.export.scenarios import seed_stale, two_backends
 from tests.export.trace_event_format import problems
 from vizalloc.analysis.hazards import find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.export.findings import highlights
-from vizalloc.export.perfetto import BUFFER_PID_BASE, COMPUTE_PID, _Coverage, perfetto_trace, write_perfetto
+from vizalloc.export.perfetto import (
+    BUFFER_PID_BASE,
+    COMPUTE_PID,
+    _Coverage,
+    perfetto_trace,
+    write_perfetto,
+)
 from vizalloc.trace import events as ev
 
 
@@ -83,12 +89,12 @@ def test_findings_and_replans_are_instants():
 
 
 def test_freed_buffer_counter_drops_to_zero_and_lifetimes_end():
-    b = Events()
-    b.add(ev.BufferAllocated, 3, "CPU", "CPU", 0x10000, 64, 32, "compute", -1, -1, -1, "")
-    b.tensor(7, "w")
-    b.place(7, 3, 0, 16, ev.PlacedBy.USER)
-    b.add(ev.BufferFreed, 3, "test")
-    b.add(ev.Marker, "after free")
+    b = TraceBuilder(auto_loc=False)
+    b.emit(ev.BufferAllocated, 3, "CPU", "CPU", 0x10000, 64, 32, "compute", -1, -1, -1, "")
+    b.tensor("w", 4, tid=7)
+    b.place(7, 3, 0, nbytes=16)
+    b.emit(ev.BufferFreed, 3, "test")
+    b.emit(ev.Marker, "after free")
     model = build_model(b.events)
     doc = perfetto_trace(model)
     assert problems(doc) == []

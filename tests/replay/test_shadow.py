@@ -9,11 +9,11 @@ from vizalloc.analysis.model import build_model
 from vizalloc.errors import UsageError
 from vizalloc.replay.shadow import shadow_all, shadow_compute
 from vizalloc.scenarios.shared_tensors import run
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def traced(strategy: str, steps: int = 3):
-    rec = ListRecorder(capture_values=True)
+    rec = StrictRecorder(capture_values=True)
     result = run(strategy, steps=steps, seed=0, around_loop=lambda: rec)
     return result, build_model(rec.events)
 
@@ -60,7 +60,7 @@ def test_fixed_strategies_do_not_diverge(strategy: str) -> None:
 
 
 def test_without_captured_values_the_replay_says_so():
-    rec = ListRecorder(capture_values=False)
+    rec = StrictRecorder(capture_values=False)
     run("none", steps=1, seed=0, around_loop=lambda: rec)
     model = build_model(rec.events)
     cid = next(iter(model.computes))

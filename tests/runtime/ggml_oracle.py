@@ -288,7 +288,8 @@ def compute_viz(program: Program, inputs: dict[str, np.ndarray]) -> list[np.ndar
     root as a ``(ne3, ne2, ne1, ne0)`` array."""
     from vizalloc.runtime.buffer import BufferType
     from vizalloc.runtime.kernels import compute_forward
-    from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, tensor_set
+    from vizalloc.runtime.alloc import alloc_ctx_tensors
+    from vizalloc.runtime.memory import tensor_array, tensor_set
 
     b = VizBuilder()
     try:

@@ -33,7 +33,7 @@ from vizalloc.runtime.backends import cuda as cuda_module
 from vizalloc.runtime.buffer import POISON
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 class _MemPtr:
@@ -222,7 +222,7 @@ def test_mlp_forward_on_emulated_cuda_equals_numpy(gpu: CudaBackend, fake: FakeC
     graph, out, _keep = build_mlp(gpu, x, layers)
     assert out.storage.xp is fake
     syncs = fake.syncs
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         assert graph_compute(gpu, graph)
     np.testing.assert_allclose(tensor_get(out), mlp_numpy(x, layers), rtol=1e-5, atol=1e-5)
     assert fake.syncs > syncs  # compute waits for the device

@@ -22,7 +22,7 @@ from vizalloc.runtime.backends import (
 from vizalloc.runtime.buffer import POISON
 from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 pytestmark = pytest.mark.gpu
 
@@ -85,13 +85,12 @@ def test_tensor_copy_host_device_host(gpu: CudaBackend, recorded) -> None:
 
 
 def test_mlp_forward_on_cuda_equals_numpy(gpu: CudaBackend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     from tests.runtime.test_compute import build_mlp, mlp_data, mlp_numpy
 
     x, layers = mlp_data(sizes=(64, 128, 128, 10), batch=32)
     graph, out, _keep = build_mlp(gpu, x, layers)
     assert out.storage.xp is cupy
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         assert graph_compute(gpu, graph)
     # cupy may use TF32 for f32 GEMMs when asked to; tolerances allow for it
     np.testing.assert_allclose(tensor_get(out), mlp_numpy(x, layers), rtol=2e-3, atol=2e-3)
@@ -102,7 +101,6 @@ def test_mlp_forward_on_cuda_equals_numpy(gpu: CudaBackend) -> None:
 
 
 def test_graph_copy_from_cpu_to_cuda_computes_the_same(gpu: CudaBackend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     from tests.runtime.test_compute import build_mlp, mlp_data
 
     x, layers = mlp_data(seed=5)

@@ -17,7 +17,8 @@ import pytest
 from vizalloc.runtime import Context, F32, I32, Graph, ops, set_loss, set_param
 from vizalloc.runtime.backends import CPU_BUFFER_TYPE, CPUBackend, graph_compute
 from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, graph_reset
-from vizalloc.runtime.memory import TensorAllocator, alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import TensorAllocator, alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.tensor import Op, Tensor, UnaryOp
 
 EPS = 1e-2

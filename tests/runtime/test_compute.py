@@ -5,10 +5,8 @@ dangling pointers: poison by default, DanglingPointerError in strict mode)."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import sys
-import types
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,61 +27,15 @@ from vizalloc.runtime.backends import (
     graph_copy,
 )
 from vizalloc.runtime.buffer import POISON, set_strict
-from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
+from vizalloc.runtime.memory import tensor_alloc, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
-
-
-def standin_kernels() -> types.ModuleType:
-    """A stand-in for ``vizalloc.runtime.kernels`` (ADD, MUL_MAT, RELU, SCALE) used only
-    while the ops engineer's module does not exist yet; the real one is preferred."""
-    mod = types.ModuleType("vizalloc.runtime.kernels")
-    known = {Op.ADD, Op.MUL_MAT, Op.SCALE}
-
-    def has_kernel(t: Tensor) -> bool:
-        return t.op in known or (t.op is Op.UNARY and t.op_params[:1] == (UnaryOp.RELU,))
-
-    def compute_forward(t: Tensor) -> None:
-        if not has_kernel(t):
-            raise BackendError(f"stand-in kernels: no kernel for {t.op.name}")
-        out = tensor_array(t)
-        a = tensor_array(t.src[0])
-        if t.op is Op.ADD:
-            np.add(a, tensor_array(t.src[1]), out=out)
-        elif t.op is Op.MUL_MAT:
-            np.matmul(tensor_array(t.src[1]), a.swapaxes(-1, -2), out=out)
-        elif t.op is Op.SCALE:
-            np.multiply(a, np.float32(t.op_params[0]), out=out)
-        else:
-            np.maximum(a, np.float32(0), out=out)
-
-    mod.has_kernel = has_kernel  # type: ignore[attr-defined]
-    mod.compute_forward = compute_forward  # type: ignore[attr-defined]
-    return mod
-
-
-def use_kernels(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """The real kernels when they are complete, else the stand-in (patched in for one test)."""
-    from vizalloc import runtime
-
-    try:
-        real = importlib.import_module("vizalloc.runtime.kernels")
-    except ModuleNotFoundError as exc:
-        if exc.name != "vizalloc.runtime.kernels":
-            raise
-        real = None
-    if real is not None and hasattr(real, "compute_forward") and hasattr(real, "has_kernel"):
-        return real
-    mod = standin_kernels()
-    monkeypatch.setitem(sys.modules, "vizalloc.runtime.kernels", mod)
-    monkeypatch.setattr(runtime, "kernels", mod, raising=False)
-    return mod
+from vizalloc.trace.recorder import StrictRecorder
 
 
 @pytest.fixture(autouse=True)
-def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
-    yield use_kernels(monkeypatch)
+def _not_strict() -> Iterator[None]:
+    yield
     set_strict(False)
 
 
@@ -180,7 +132,7 @@ def test_aliasing_in_compute_is_real() -> None:
 
 def test_compute_events_name_nodes_reads_and_the_users_line() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph); line = sys._getframe().f_lineno
     kinds = [type(e).__name__ for e in rec.events]
     assert kinds == ["ComputeBegin"] + ["NodeCompute"] * 4 + ["ComputeEnd"]
@@ -199,7 +151,7 @@ def test_compute_events_name_nodes_reads_and_the_users_line() -> None:
 
 def test_compute_ids_increase() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph)
         graph_compute(CPUBackend(), s.graph)
     ids = [e.compute_id for e in rec.events if isinstance(e, ev.ComputeBegin)]
@@ -208,7 +160,7 @@ def test_compute_ids_increase() -> None:
 
 def test_value_snapshots_capture_inputs_and_results() -> None:
     _, s = _allocated_small()
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), s.graph)
     snaps = [e for e in rec.events if isinstance(e, ev.ValueSnapshot)]
     begin = {e.tensor_id: e for e in snaps if e.when == "begin"}
@@ -230,7 +182,7 @@ def test_snapshots_of_a_graph_view_include_outside_sources() -> None:
     _, s = _allocated_small()
     graph_compute(CPUBackend(), s.graph)
     tail = s.graph.view(1, 3)  # add, r: no leafs; mm and b come from outside
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), tail)
     begin = [e.tensor_id for e in rec.events if isinstance(e, ev.ValueSnapshot) and e.when == "begin"]
     end = [e.tensor_id for e in rec.events if isinstance(e, ev.ValueSnapshot) and e.when == "end"]
@@ -239,7 +191,7 @@ def test_snapshots_of_a_graph_view_include_outside_sources() -> None:
 
 def test_no_snapshots_without_capture_values() -> None:
     _, s = _allocated_small()
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), s.graph)
     assert not any(isinstance(e, ev.ValueSnapshot) for e in rec.events)
 
@@ -269,7 +221,7 @@ def test_callback_returning_false_stops_the_compute(tracing: bool) -> None:
     _, s = _allocated_small()
     tensor_set(s.s, np.full(3, 42, dtype=np.float32))
     cb = lambda t, ask: t.name != "r" if not ask else t.name == "r"
-    rec = ListRecorder(capture_values=True)
+    rec = StrictRecorder(capture_values=True)
     with rec if tracing else contextlib.nullcontext():
         done = graph_compute(CPUBackend(), s.graph, callback=cb)
     assert done is False
@@ -317,7 +269,7 @@ def test_restricted_sim_backend_refuses_unsupported_ops() -> None:
     _, s = _allocated_small(sim)
     with pytest.raises(BackendError, match=r"SIM does not support op UNARY \(node 'r'\)"):
         graph_compute(sim, s.graph)
-    with ListRecorder(), pytest.raises(BackendError, match="does not support op UNARY"):
+    with StrictRecorder(), pytest.raises(BackendError, match="does not support op UNARY"):
         graph_compute(sim, s.graph)
 
 
@@ -350,7 +302,7 @@ def test_dangling_source_raises_in_strict_mode() -> None:
     set_strict(True)
     with pytest.raises(DanglingPointerError, match=f"'w' points into buffer #{wbuf.id}, which was freed"):
         graph_compute(CPUBackend(), g)
-    with ListRecorder(capture_values=True), pytest.raises(DanglingPointerError):
+    with StrictRecorder(capture_values=True), pytest.raises(DanglingPointerError):
         graph_compute(CPUBackend(), g)
 
 
@@ -401,7 +353,6 @@ def mlp_data(seed: int = 0, sizes: tuple[int, ...] = (12, 16, 16, 5), batch: int
 
 @pytest.mark.parametrize("backend", [CPUBackend(), SimBackend("GPU", alignment=256)], ids=["cpu", "sim"])
 def test_mlp_forward_equals_numpy(backend) -> None:
-    pytest.importorskip("vizalloc.runtime.alloc", reason="needs the graph allocator")
     x, layers = mlp_data()
     graph, out, _keep = build_mlp(backend, x, layers)
     assert graph_compute(backend, graph)
@@ -417,7 +368,7 @@ def test_mlp_forward_traced_equals_untraced() -> None:
     graph, out, _keep = build_mlp(CPUBackend(), x, layers)
     graph_compute(CPUBackend(), graph)
     plain = tensor_get(out)
-    with ListRecorder(capture_values=True) as rec:
+    with StrictRecorder(capture_values=True) as rec:
         graph_compute(CPUBackend(), graph)
     np.testing.assert_array_equal(tensor_get(out), plain)
     nodes = [e for e in rec.events if isinstance(e, ev.NodeCompute)]
@@ -440,7 +391,7 @@ def test_view_ops_from_ops_are_skipped_and_read_through() -> None:
     alloc_ctx_tensors(ctx, CPUBackend())
     vals = np.arange(-3, 3, dtype=np.float32)
     tensor_set(a, vals)
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         graph_compute(CPUBackend(), g)
     computed = [e.tensor_id for e in rec.events if isinstance(e, ev.NodeCompute)]
     assert [n.op for n in g.nodes] == [Op.RESHAPE, Op.TRANSPOSE, Op.CONT, Op.VIEW, Op.UNARY]

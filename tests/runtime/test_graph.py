@@ -7,7 +7,7 @@ import pytest
 from vizalloc.errors import ContextError, GraphError, ShapeError
 from vizalloc.runtime import F16, F32, Context, Graph, Op, graph_deep_copy, ops, set_param
 from vizalloc.runtime.buffer import BufferType
-from vizalloc.runtime.memory import alloc_ctx_tensors
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.trace import events as ev
 
 

@@ -21,7 +21,8 @@ from vizalloc.errors import BackendError
 from vizalloc.runtime import F16, F32, I32, Context, DType, Graph, Op, UnaryOp, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.kernels import compute_forward, has_kernel
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_array, tensor_set
 from vizalloc.runtime.tensor import Tensor
 
 GARBAGE = 0x7F  # f32 3.39e38, f16 NaN: an unwritten element cannot pass

@@ -17,7 +17,8 @@ from vizalloc.runtime import F32, Context, Graph, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.kernels import compute_forward
 from vizalloc.runtime.kernels._util import scratch_f32
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 
 f32 = np.float32
 

@@ -1,5 +1,5 @@
 """Every kernel through its non-numpy branches: the same graph computed in CPU memory and
-in device memory emulated by numpy (the backend engineer's ``FakeCupy``, which makes
+in device memory emulated by numpy (``FakeCupy`` of test_backends_fakecupy, which makes
 ``t.storage.xp`` a module other than numpy) must give the same values. Real cupy on a
 GPU is exercised by the backend's gpu-marked tests."""
 
@@ -13,7 +13,8 @@ from tests.runtime.test_backends_fakecupy import FakeCupy, fake, gpu  # noqa: F4
 from vizalloc.runtime import F16, F32, I32, Context, Graph, UnaryOp, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.kernels import compute_forward
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 
 
 def build(ctx: Context) -> tuple[list[Any], dict[str, np.ndarray]]:

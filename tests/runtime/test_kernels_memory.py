@@ -11,7 +11,8 @@ from vizalloc.errors import NoMemoryError
 from vizalloc.runtime import F16, F32, Context, Graph, ops, set_param
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.kernels import compute_forward
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_alloc, tensor_array, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_alloc, tensor_array, tensor_get, tensor_set
 
 
 def run(*outs: object) -> None:

@@ -9,7 +9,8 @@ from vizalloc.errors import UsageError
 from vizalloc.runtime import Context, F32, ops, set_param
 from vizalloc.runtime.backends import CPUBackend
 from vizalloc.runtime.backward import graph_get_grad_acc
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.opt import (
     BuildType, LossType, OptContext, OptimizerType, OptParams, OptResult, constant_optimizer_params,
     default_optimizer_params, default_params,

@@ -16,7 +16,8 @@ import pytest
 from vizalloc.errors import ShapeError, UsageError
 from vizalloc.runtime import Context, F32
 from vizalloc.runtime.backends import CPU_BUFFER_TYPE
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get
 from vizalloc.runtime.opt import OptDataset, OptResult
 from vizalloc.runtime.opt.rng import MT19937, NormalF32, shuffle, uniform_int
 

@@ -18,7 +18,8 @@ import pytest
 
 from vizalloc.runtime import Context, F32, ops, set_param
 from vizalloc.runtime.backends import CPUBackend
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.opt import (
     LossType, OptContext, OptDataset, OptimizerParams, OptimizerType, OptParams, OptResult, default_optimizer_params,
     default_params, epoch, fit,

@@ -18,7 +18,8 @@ import pytest
 from vizalloc.runtime import Context, F32, Graph, ops, set_param
 from vizalloc.errors import ContextError, SchedulerError
 from vizalloc.runtime.backends import Backend, CPUBackend, SimBackend
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_get, tensor_set
 from vizalloc.runtime.opt import (
     EpochCallback, LossType, OptContext, OptDataset, OptimizerType, OptResult, constant_optimizer_params,
     default_optimizer_params, default_params, epoch,

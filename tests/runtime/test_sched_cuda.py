@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.runtime.test_backends_fakecupy import fake  # noqa: F401  (module-scoped fixture: cupy emulated by numpy)
 from vizalloc.scenarios import transformer_block as tb
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def _check(r: tb.BlockResult, device_name: str) -> None:
@@ -18,7 +18,7 @@ def _check(r: tb.BlockResult, device_name: str) -> None:
 
 
 def test_layer_on_emulated_cuda(fake):  # noqa: F811
-    rec = ListRecorder()
+    rec = StrictRecorder()
     r = tb.run(device="cuda", around_run=lambda: rec)
     _check(r, "CUDA0")
     assert {e.backend for e in rec.events if isinstance(e, ev.NodeCompute)} == {"CUDA0"}

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from vizalloc.runtime.backends import CPUBackend
-from vizalloc.runtime.casefile import CaseReplay, compare_results, parse_case
+from vizalloc.casefile import CaseReplay, compare_results, parse_case
 from vizalloc.runtime.memory import clear_tensor_pointers
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.scenarios import shared_tensors as st
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 SEED_CASES = sorted(p.name for p in GOLDEN.glob("seed_*.json"))
@@ -33,7 +33,7 @@ def test_seed_cases_exist():
 def test_seed_case_replays_exactly_through_the_scheduler(name):
     case = load(name)
     assert case.is_sched
-    with ListRecorder() as rec:
+    with StrictRecorder() as rec:
         replay = CaseReplay(case)
         assert isinstance(replay.sched, Scheduler)
         results = replay.run()
@@ -70,7 +70,7 @@ def test_scenario_loop_places_tensors_like_ggml(case_name, strategy):
         graph = net.gf if k % 2 == 0 else net.gb
         assert (graph.n_nodes, graph.n_leafs) == (len(step.nodes), len(step.leafs))
         # same ops at the same positions as ggml's graph
-        assert [n.op.name for n in graph.nodes] == [case.tensors[i]["op"] for i in step.nodes]
+        assert [n.op.name for n in graph.nodes] == [case.tensors[i].op.name for i in step.nodes]
         sched.reset()
         if strategy == "clear":
             for t in net.ctx.tensors():

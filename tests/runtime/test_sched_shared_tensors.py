@@ -8,7 +8,7 @@ import pytest
 from vizalloc.errors import UsageError
 from vizalloc.scenarios import shared_tensors as st
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 @pytest.mark.parametrize("config", ["A", "B"])
@@ -77,7 +77,7 @@ def test_the_reference_does_not_depend_on_the_strategy():
 
 
 def test_around_loop_sees_only_the_strategy_loop():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     st.run("none", steps=2, around_loop=lambda: rec)
     kinds = {type(e) for e in rec.events}
     assert ev.SchedAlloc in kinds and ev.SchedReset in kinds and ev.NodeCompute in kinds
@@ -87,14 +87,14 @@ def test_around_loop_sees_only_the_strategy_loop():
 
 
 def test_none_trace_shows_stale_tensors_kept_across_the_reset():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     st.run("none", steps=1, around_loop=lambda: rec)
     cleared = [e for e in rec.events if isinstance(e, ev.TensorCleared)]
     assert cleared == []  # nobody clears anything
-    rec2 = ListRecorder()
+    rec2 = StrictRecorder()
     st.run("clear", steps=1, around_loop=lambda: rec2)
     assert any(isinstance(e, ev.TensorCleared) and e.by == "clear" for e in rec2.events)
-    rec3 = ListRecorder()
+    rec3 = StrictRecorder()
     st.run("invalidate", steps=1, around_loop=lambda: rec3)
     assert any(isinstance(e, ev.TensorCleared) and e.by == "invalidate" for e in rec3.events)
 
@@ -135,9 +135,9 @@ def test_opt_driver_none_without_presize_is_a_use_after_free_with_right_numbers(
     """Measured, not assumed: the first switch reallocates the compute buffer, the stale
     forward tensors keep computing in the freed one, and the numbers happen to be right.
     The trace still shows the dangling pointers."""
-    api = pytest.importorskip("vizalloc.trace.api")
-    hazards = pytest.importorskip("vizalloc.analysis.hazards")
-    model = pytest.importorskip("vizalloc.analysis.model")
+    from vizalloc.trace import api
+    from vizalloc.analysis import hazards
+    from vizalloc.analysis import model
     holder = {}
 
     def around():

@@ -7,11 +7,11 @@ import numpy as np
 from vizalloc.scenarios import transformer_block as tb
 from vizalloc.scenarios import weight_transform as wt
 from vizalloc.trace import events as ev
-from vizalloc.trace.recorder import ListRecorder
+from vizalloc.trace.recorder import StrictRecorder
 
 
 def test_layer_split_between_sim_and_cpu():
-    rec = ListRecorder()
+    rec = StrictRecorder()
     r = tb.run(around_run=lambda: rec)
     assert r.n_splits > 2
     assert {s.backend for s in r.splits} == {"SIM", "CPU"}

@@ -24,7 +24,6 @@ def test_json_none_vs_dup(capsys, tmp_path):
 
 
 def test_traces_are_written_and_never_overwritten(capsys, tmp_path):
-    pytest.importorskip("vizalloc.trace.api")
     assert main(["demo", "--steps", "2", "--strategies", "none,clear", "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for name in ("none", "clear"):
@@ -39,7 +38,7 @@ def test_traces_are_written_and_never_overwritten(capsys, tmp_path):
 
 
 def test_trace_holds_the_loop(tmp_path, capsys):
-    api = pytest.importorskip("vizalloc.trace.api")
+    from vizalloc.trace import api
     from vizalloc.trace import events as ev
 
     assert main(["demo", "--steps", "2", "--strategies", "none", "--out-dir", str(tmp_path), "--json"]) == 0
@@ -82,7 +81,7 @@ def test_opt_driver_presized(capsys):
 
 
 def test_capture_values_records_what_shadow_replays(tmp_path, capsys):
-    api = pytest.importorskip("vizalloc.trace.api")
+    from vizalloc.trace import api
     from vizalloc.trace import events as ev
 
     assert main(["demo", "--steps", "1", "--strategies", "none", "--out-dir", str(tmp_path)]) == 0

@@ -37,7 +37,7 @@ from typing import Any
 
 from vizalloc.errors import TraceFormatError, VizallocError
 from vizalloc.trace import events as ev
-from vizalloc.trace.chunks import _HEAD as CHUNK_HEAD
+from vizalloc.trace.chunks import HEAD as CHUNK_HEAD
 from vizalloc.trace.fileformat import (
     _CRC, _FRAME, _HEAD, FRAME_CHUNK, FRAME_HEADER_SIZE, FRAME_STORED, TraceFileReader, TraceTruncatedWarning,
     TraceFileWriter, read_trace,

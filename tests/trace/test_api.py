@@ -142,7 +142,7 @@ def test_row_and_object_recorders_together_record_the_same_events(tmp_path: Path
     path = tmp_path / "mixed.vztrace"
     with vizalloc.trace(path) as t:
         vizalloc.mark("rows only")
-        with recorder.ListRecorder() as lst:   # a recorder without record_row: objects for all
+        with recorder.StrictRecorder() as lst:   # a recorder without record_row: objects for all
             ctx = Context()
             ctx.new_tensor_1d(F32, 8)
         vizalloc.mark("rows again")
@@ -228,7 +228,7 @@ def test_parquet_export_keeps_every_row(tmp_path: Path) -> None:
 
 
 def test_source_lines_point_at_user_code_and_packaged_scenarios() -> None:
-    scenario = pytest.importorskip("vizalloc.scenarios.shared_tensors")
+    import vizalloc.scenarios.shared_tensors as scenario
     sessions = []
     scenario.run("none", steps=1, seed=0, around_loop=lambda: sessions.append(vizalloc.trace()) or sessions[-1])
     files = {e.loc.file for e in sessions[0].trace.events if e.loc is not None}

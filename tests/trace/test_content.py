@@ -17,7 +17,7 @@ from vizalloc.errors import TraceFormatError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder
 from vizalloc.trace.chunk_encoder import ChunkEncoder
-from vizalloc.trace.chunks import _HEAD, _PLANES, _join_planes, _pack_planes, _unpack_planes
+from vizalloc.trace.chunks import HEAD, PLANES, join_planes, pack_planes, unpack_planes
 from vizalloc.trace.fileformat import read_trace
 from vizalloc.trace.value import Trace
 
@@ -106,14 +106,14 @@ def test_a_negative_position_is_refused_naming_the_event(trace_: Trace, field: s
 def _marker_chunk_with_row(edit) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def]
     """One Marker chunk (stored, not compressed) with its row integers changed by ``edit``."""
     meta, blob = ChunkEncoder(None).encode([ev.Marker(1, 5, None, "hello")])
-    n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(meta)
-    pos = _HEAD.size + n_ev + 4 * n_strings + n_text
+    n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = HEAD.unpack_from(meta)
+    pos = HEAD.size + n_ev + 4 * n_strings + n_text
     n_ints = 3 * n_locs + n_rows + n_items
-    ints = _join_planes([_unpack_planes(meta[pos:], n_ints, planes)]).copy()
+    ints = join_planes([unpack_planes(meta[pos:], n_ints, planes)]).copy()
     edit(ints)
-    packed, mask = _pack_planes(np.asarray(ints, dtype=np.int64))
-    head = _HEAD.pack(n_ev, n_strings, n_locs, n_rows, n_items, n_text, mask, flags)
-    return head + meta[_HEAD.size:pos] + packed, blob
+    packed, mask = pack_planes(np.asarray(ints, dtype=np.int64))
+    head = HEAD.pack(n_ev, n_strings, n_locs, n_rows, n_items, n_text, mask, flags)
+    return head + meta[HEAD.size:pos] + packed, blob
 
 
 @pytest.mark.parametrize(("column", "value", "message"), [
@@ -134,4 +134,4 @@ def test_ids_out_of_range_are_refused_naming_the_event(column: int, value: int, 
     meta, blob = _marker_chunk_with_row(lambda ints: None)
     dec = ChunkDecoder.for_current_schema(compressed=False)
     assert dec.assemble([dec.decode(meta, blob, 1)])[0].text == "hello"
-    assert _PLANES  # (the layout helpers used above)
+    assert PLANES  # (the layout helpers used above)

@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent(
     import sys
     import numpy as np
     from vizalloc.runtime import Context, F32, BufferType, Graph, ops
-    from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set
+    from vizalloc.runtime.alloc import alloc_ctx_tensors
+    from vizalloc.runtime.memory import tensor_set
     import vizalloc
 
     ctx = Context(name="w")
@@ -104,7 +105,6 @@ def test_missing_script_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_check_reports_after_the_run(script: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("vizalloc.analysis.hazards")
     assert main(["run", "--check", "-o", "c.vztrace", str(script)]) == 0
     assert "vizalloc run --check:" in capsys.readouterr().err
 

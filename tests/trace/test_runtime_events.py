@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import vizalloc
 from vizalloc.runtime import F32, BufferType, Context, Graph, graph_deep_copy, ops, set_input, set_output
-from vizalloc.runtime.memory import alloc_ctx_tensors, clear_tensor_pointers, tensor_get, tensor_set
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import clear_tensor_pointers, tensor_get, tensor_set
 from vizalloc.trace import events as ev
 
 CPU = BufferType("CPU", alignment=32)
@@ -95,8 +95,8 @@ def test_graphs_shallow_and_deep_copies() -> None:
 
 
 def test_graph_allocator_compute_and_value_capture(tmp_path: Path) -> None:
-    alloc = pytest.importorskip("vizalloc.runtime.alloc")
-    backends = pytest.importorskip("vizalloc.runtime.backends")
+    from vizalloc.runtime import alloc
+    from vizalloc.runtime import backends
     wctx, cctx = Context(name="w"), Context(name="compute")
     w = wctx.new_tensor_2d(F32, 4, 3, name="w")
     x = cctx.new_tensor_2d(F32, 4, 2, name="x")
@@ -131,8 +131,8 @@ def test_graph_allocator_compute_and_value_capture(tmp_path: Path) -> None:
 
 
 def test_scheduler_and_copies_are_reported() -> None:
-    sched_mod = pytest.importorskip("vizalloc.runtime.sched")
-    backends = pytest.importorskip("vizalloc.runtime.backends")
+    import vizalloc.runtime.sched as sched_mod
+    from vizalloc.runtime import backends
     ctx = Context(name="c")
     a = ctx.new_tensor_1d(F32, 16, name="a")
     b = ctx.new_tensor_1d(F32, 16, name="b")
@@ -159,7 +159,7 @@ def test_scheduler_and_copies_are_reported() -> None:
 
 
 def test_the_demo_scenario_round_trips_through_its_file(tmp_path: Path) -> None:
-    scenario = pytest.importorskip("vizalloc.scenarios.shared_tensors")
+    import vizalloc.scenarios.shared_tensors as scenario
     path = tmp_path / "demo.vztrace"
     sessions = []
 
@@ -176,7 +176,7 @@ def test_the_demo_scenario_round_trips_through_its_file(tmp_path: Path) -> None:
 
 
 def test_graph_clear_and_allocator_reserve_are_reported() -> None:
-    alloc = pytest.importorskip("vizalloc.runtime.alloc")
+    from vizalloc.runtime import alloc
     ctx = Context()
     a = ctx.new_tensor_1d(F32, 32, name="a")
     set_input(a)

@@ -10,8 +10,7 @@ one stale-overlap, and a use-after-reuse in the compute.
 
 from __future__ import annotations
 
-from typing import Any
-
+from tests.builders import TraceBuilder
 from vizalloc.trace import events as ev
 from vizalloc.trace.value import Trace, TraceHeader
 
@@ -24,39 +23,29 @@ NAMES = {
 }
 
 
-class _Events:
-    def __init__(self) -> None:
-        self.events: list[ev.Event] = []
-
-    def __call__(self, cls: type[ev.Event], *payload: Any, line: int | None = None) -> None:
-        seq = len(self.events) + 1
-        loc = ev.Location("train.py", line, "step") if line is not None else None
-        self.events.append(cls(seq, seq * 1000, loc, *payload))
-
-
-def _tensor(e: _Events, tid: int, op: str, srcs: tuple[int, ...] = (), ne: tuple[int, ...] = (8, 4, 1, 1),
+def _tensor(b: TraceBuilder, tid: int, op: str, srcs: tuple[int, ...] = (), ne: tuple[int, ...] = (8, 4, 1, 1),
             flags: int = 0, view_src: int = -1, line: int | None = None) -> None:
-    nb = (4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2])
-    e(ev.TensorCreated, tid, 0 if tid == W else 1, NAMES[tid], "f32", ne, nb, op, (), srcs, view_src, 0, flags, -1,
-      line=line)
+    b.tensor(NAMES[tid], ne=ne, tid=tid, op=op, srcs=srcs, flags=flags, view_src=view_src, ctx=0 if tid == W else 1,
+             line=line)
 
 
 def shared_tensor_events() -> list[ev.Event]:
-    e = _Events()
+    b = TraceBuilder(auto_loc=False, file="train.py", function="step")
+    e = b.emit
     e(ev.ContextCreated, 0, "static", True, line=10)
-    _tensor(e, W, "NONE", ne=(8, 8, 1, 1), flags=4, line=11)
+    _tensor(b, W, "NONE", ne=(8, 8, 1, 1), flags=4, line=11)
     e(ev.BufferAllocated, 0, "CPU", "CPU", 4096, 256, 32, "weights", -1, -1, -1, "alloc_ctx_tensors", line=12)
     e(ev.TensorPlaced, W, 0, 0, 256, ev.PlacedBy.TALLOCR, -1, line=12)
     e(ev.TensorSet, W, 0, 256, line=13)
     e(ev.ContextCreated, 1, "compute", True, line=15)
-    _tensor(e, X, "NONE", flags=1, line=16)
-    _tensor(e, H, "MUL_MAT", (W, X), line=17)
-    _tensor(e, Y, "UNARY", (H,), line=18)
-    _tensor(e, LOSS, "SUM", (Y,), ne=(1, 1, 1, 1), flags=2, line=19)
-    _tensor(e, G1, "MUL", (LOSS, Y), line=21)
-    _tensor(e, G2, "MUL", (G1, H), line=22)
-    _tensor(e, G3, "OUT_PROD", (G2, X), line=23)
-    _tensor(e, YV, "VIEW", (Y,), view_src=Y, line=24)
+    _tensor(b, X, "NONE", flags=1, line=16)
+    _tensor(b, H, "MUL_MAT", (W, X), line=17)
+    _tensor(b, Y, "UNARY", (H,), line=18)
+    _tensor(b, LOSS, "SUM", (Y,), ne=(1, 1, 1, 1), flags=2, line=19)
+    _tensor(b, G1, "MUL", (LOSS, Y), line=21)
+    _tensor(b, G2, "MUL", (G1, H), line=22)
+    _tensor(b, G3, "OUT_PROD", (G2, X), line=23)
+    _tensor(b, YV, "VIEW", (Y,), view_src=Y, line=24)
     e(ev.GraphCreated, 1, 16, "new", -1, line=25)
     e(ev.GraphExpanded, 1, (H, Y, LOSS), (X, W), line=25)
     e(ev.GraphCreated, 2, 16, "new", -1, line=26)
@@ -110,7 +99,7 @@ def shared_tensor_events() -> list[ev.Event]:
         e(ev.NodeCompute, 1, i, tid, "CPU", reads, 1000, line=42)
     e(ev.ComputeEnd, 1, 7000, line=42)
     e(ev.TensorGet, G3, 0, 128, line=43)
-    return e.events
+    return b.events
 
 
 def fixed_trace() -> Trace:

@@ -13,7 +13,7 @@ from vizalloc.tui.render import (
     map_row,
 )
 from vizalloc.tui.steps import Prescan, StepKind, count_hazards
-from vizalloc.tui.tensors import TensorState, build_tensor_rows
+from vizalloc.tui.tensorrows import TensorState, build_tensor_rows
 
 from tests.tui.fixture_trace import G1, G2, G3, H, LOSS, NAMES, W, X, Y, YV
 

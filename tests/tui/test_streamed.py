@@ -17,7 +17,7 @@ from vizalloc.tui import app as app_mod
 from vizalloc.tui.app import VizallocApp
 from vizalloc.tui.data import analyse, analyse_streamed, read_events
 from vizalloc.tui.steps import Prescan
-from vizalloc.tui.tensors import RepeatedRows, TensorState
+from vizalloc.tui.tensorrows import RepeatedRows, TensorState
 from vizalloc.tui.widgets.table import VirtualTable
 
 

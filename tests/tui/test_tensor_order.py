@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import gc
 import random
 
 import numpy as np
 import pytest
 
-from vizalloc.tui import tensors
-from vizalloc.tui.data import collector_paused
-from vizalloc.tui.tensors import TensorOrder, TensorRows, TensorState
+from vizalloc.tui import tensorrows
+from vizalloc.tui.tensorrows import TensorOrder, TensorRows, TensorState
 
 
 def _rows(n: int, seed: int = 3) -> TensorRows:
@@ -28,7 +26,7 @@ def _rows(n: int, seed: int = 3) -> TensorRows:
 
 @pytest.mark.parametrize("chunk", [4, 16384])
 def test_name_and_number_orders_match_python_stable_sorts(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
-    monkeypatch.setattr(tensors, "ARRAY_CHUNK", chunk)
+    monkeypatch.setattr(tensorrows, "ARRAY_CHUNK", chunk)
     r = _rows(3000)
     order = TensorOrder(r)
     for key, col in (("name", r.names), ("op", r.ops), ("nbytes", r.nbytes), ("first", r.first_use)):
@@ -37,35 +35,15 @@ def test_name_and_number_orders_match_python_stable_sorts(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("items", [["a", "bcd", "", "xyzzy", "\u00e9\u00e9", "q"], [5, -1, 2**40, 0, 7, 3, 1]])
 def test_chunked_array_equals_np_array(monkeypatch: pytest.MonkeyPatch, items: list[object]) -> None:
-    monkeypatch.setattr(tensors, "ARRAY_CHUNK", 2)
+    monkeypatch.setattr(tensorrows, "ARRAY_CHUNK", 2)
     dtype = str if isinstance(items[0], str) else np.int64
-    got = tensors._array(items, dtype)
+    got = tensorrows._array(items, dtype)
     want = np.array(items, dtype=dtype)
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
 
 
 def test_name_filter_uses_lowercase_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tensors, "ARRAY_CHUNK", 4)
+    monkeypatch.setattr(tensorrows, "ARRAY_CHUNK", 4)
     r = _rows(200)
     got = TensorOrder(r).order("id", False, "A.", None).tolist()
     assert got == [i for i, n in enumerate(r.names) if "a." in n.lower()]
-
-
-def test_collector_paused_restores_and_freezes_only_when_asked() -> None:
-    assert gc.isenabled()
-    frozen = gc.get_freeze_count()
-    try:
-        with collector_paused(lambda: False):
-            assert not gc.isenabled()
-        assert gc.isenabled() and gc.get_freeze_count() == frozen
-        keep = [object() for _ in range(10)]
-        with collector_paused(lambda: True):
-            pass
-        assert gc.isenabled() and gc.get_freeze_count() > frozen and keep
-        gc.disable()
-        with collector_paused(lambda: True):   # was off: stays off, nothing frozen
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-        gc.unfreeze()

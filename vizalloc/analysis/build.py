@@ -20,9 +20,10 @@ from typing import Any
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import (
     NEVER, TYPE_SIZES, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
-    TensorInfo, nbytes_of,
+    TensorInfo,
 )
 from vizalloc.trace import events as ev
+from vizalloc.trace.events import ggml_nbytes
 
 
 class _NoHistory(list):  # type: ignore[type-arg]
@@ -123,7 +124,7 @@ class Builder:
                     continue
                 # the hot path, inlined: a node's reads and write
                 if add_node is not None:
-                    add_node(e)
+                    add_node(e)  # type: ignore[arg-type]
                 info = tget(e.tensor_id)  # type: ignore[attr-defined]
                 if info is not None:
                     info.history.append(i)
@@ -141,18 +142,9 @@ class Builder:
                     info.history.append(i)
                 continue
             if cls is tensor_created:
-                # inlined: nbytes_of's usual case (4 dims) without the call
                 ne, nb, dtype = e.ne, e.nb, e.dtype  # type: ignore[attr-defined]
-                if len(ne) == 4 and len(nb) == 4:
-                    n0, n1, n2, n3 = ne
-                    if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
-                        nbytes = 0
-                    else:
-                        b0, b1, b2, b3 = nb
-                        nbytes = type_sizes.get(dtype, b0) + (n0 - 1) * b0 + (n1 - 1) * b1 + (n2 - 1) * b2 + (
-                            n3 - 1) * b3
-                else:
-                    nbytes = nbytes_of(dtype, ne, nb)
+                # model.nbytes_of, one call less
+                nbytes = ggml_nbytes(type_sizes.get(dtype, nb[0] if nb else 1), 1, ne, nb)
                 t = e.tensor_id  # type: ignore[attr-defined]
                 if watch and t in watch:
                     self.hooks.changed(t)
@@ -252,12 +244,6 @@ class Builder:
     # -- contexts and tensors ------------------------------------------------------
     def _ContextCreated(self, e: ev.ContextCreated) -> None:
         self.m.contexts[e.ctx_id] = e
-
-    def _TensorNamed(self, e: ev.TensorNamed) -> None:
-        info = self.m.tensors.get(e.tensor_id)
-        if info is not None:
-            info.name = e.name
-            info.history.append(self.i)
 
     def _TensorFlagsSet(self, e: ev.TensorFlagsSet) -> None:
         if e.tensor_id in self.watch:

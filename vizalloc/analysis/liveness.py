@@ -39,7 +39,7 @@ read is allowed (ggml's in-place pattern).
 from __future__ import annotations
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import FLAG_INPUT, FLAG_OUTPUT, VIEW_OPS, ComputeInfo, GraphSnapshot
+from vizalloc.analysis.records import FLAG_INPUT, FLAG_OUTPUT, NON_WRITING_OPS, ComputeInfo, GraphSnapshot
 
 #: (first write, last read); last read is None when nothing reads the root.
 Span = tuple[int, "int | None"]
@@ -90,7 +90,7 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
         info = tensors.get(t)
         if info is None:
             continue
-        if info.op not in VIEW_OPS:
+        if info.op not in NON_WRITING_OPS:
             r = info.root
             if r not in first:
                 first[r] = i
@@ -112,7 +112,7 @@ def graph_spans(model: TraceModel, graph: GraphSnapshot) -> dict[int, Span]:
         rinfo = tensors.get(r)
         if (rinfo is not None and rinfo.flags & FLAG_OUTPUT) or (info.flags & FLAG_OUTPUT):
             last[r] = n
-        elif info.op not in VIEW_OPS and t not in consumed:
+        elif info.op not in NON_WRITING_OPS and t not in consumed:
             last[r] = n
     for t in leafs:
         info = tensors.get(t)

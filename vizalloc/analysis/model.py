@@ -26,9 +26,7 @@ again; a placement into a freed buffer is *dangling* from the free on.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +34,7 @@ from vizalloc.analysis.records import (
     BindingInfo, BufferInfo, ComputeInfo, GraphInfo, HistoryEntry, MapEntry, Placement, PlacementState, PlanInfo,
     SchedInfo, TensorInfo, history_kind,
 )
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 
 
@@ -154,7 +153,8 @@ class TraceModel:
             ends = np.fromiter((self.placements[i].end_seq for i in ids), dtype=np.int64, count=len(ids))
             index = self._map_index[buffer_id] = (np.asarray(ids, dtype=np.int64), starts, ends)
         ids_a, starts, ends = index
-        return ids_a[(starts <= seq) & (seq < ends)].tolist()
+        live: list[int] = ids_a[(starts <= seq) & (seq < ends)].tolist()
+        return live
 
     def buffers_at(self, seq: int) -> list[BufferInfo]:
         """Buffers allocated and not freed right after event ``seq``."""
@@ -193,23 +193,6 @@ def events_of(trace: Any) -> list[ev.Event]:
     """The events of a ``Trace``, a recorder, or any iterable of events, as a list."""
     evs = getattr(trace, "events", trace)
     return evs if isinstance(evs, list) else list(evs)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (restored as it was after).
-
-    The passes over a trace create millions of small objects that all stay alive; each
-    automatic collection would traverse every one of them again (a 2M-event model takes
-    several times longer with the collector on) and could free nothing.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def build_model(trace: Any, *, progress: Callable[[int, int], None] | None = None) -> TraceModel:

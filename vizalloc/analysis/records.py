@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vizalloc.trace import events as ev
+from vizalloc.trace.events import ggml_nbytes
 
 #: "never" for end / stale / freed sequence numbers.
 NEVER = 1 << 62
@@ -24,26 +25,16 @@ NEVER = 1 << 62
 #: ggml's type sizes by label (block size 1); the analysis must not import the runtime.
 TYPE_SIZES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i16": 2, "i8": 1, "f64": 8, "i64": 8}
 
-#: Ops whose result only looks at the source's bytes (and NONE): they compute nothing.
-VIEW_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+#: Ops whose node writes no bytes of its own: NONE (leafs) and the view ops, whose result
+#: is the source's bytes. (The runtime's ``VIEW_OPS`` is the view ops alone.)
+NON_WRITING_OPS = frozenset({"NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
 
 FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS = 1, 2, 4, 8
 
 
 def nbytes_of(dtype: str, ne: Sequence[int], nb: Sequence[int]) -> int:
-    """``ggml_nbytes`` for block size 1: the type size plus the strided span."""
-    if len(ne) == 4 and len(nb) == 4:
-        n0, n1, n2, n3 = ne
-        if n0 <= 0 or n1 <= 0 or n2 <= 0 or n3 <= 0:
-            return 0
-        return (TYPE_SIZES.get(dtype, nb[0]) + (n0 - 1) * nb[0] + (n1 - 1) * nb[1] + (n2 - 1) * nb[2]
-                + (n3 - 1) * nb[3])
-    if any(n <= 0 for n in ne):
-        return 0
-    size = TYPE_SIZES.get(dtype, nb[0] if nb else 1)
-    for n, stride in zip(ne, nb):
-        size += (n - 1) * stride
-    return size
+    """``ggml_nbytes`` of a traced tensor, by its type's label (the analysis sees no DType)."""
+    return ggml_nbytes(TYPE_SIZES.get(dtype, nb[0] if nb else 1), 1, ne, nb)
 
 
 class HistoryKind(str, enum.Enum):
@@ -121,7 +112,7 @@ class TensorInfo:
 
     @property
     def label(self) -> str:
-        """The name (inert text), or ``#id`` when unnamed."""
+        """The name as recorded (raw data: show it through ``vizalloc.text.inert``), or ``#id`` when unnamed."""
         return self.name if self.name else f"#{self.tensor_id}"
 
 

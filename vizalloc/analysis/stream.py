@@ -35,12 +35,13 @@ from vizalloc.analysis import runs as runs_mod
 from vizalloc.analysis.build import Builder
 from vizalloc.analysis.dynamic import AccessScan
 from vizalloc.analysis.hazards import Collector, Hazard
-from vizalloc.analysis.model import TraceModel, gc_paused
+from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.observe import ByteMapView, DictView, ListView, Observation, SetView
 from vizalloc.analysis.records import BindingInfo
 from vizalloc.analysis.repeat import Repetition, Shift, cut_steps, repetitions
 from vizalloc.analysis.static import BindingChecks, ReplanChecks, check_replay
 from vizalloc.errors import VizallocError
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 from vizalloc.trace.columns import ColumnBatch
 from vizalloc.trace.schema import SCHEMA

@@ -46,7 +46,7 @@ def check_platform() -> None:
 
 
 def source() -> bytes:
-    return resources.files("vizalloc.capture").joinpath("native", SOURCE_NAME).read_bytes()
+    return (resources.files("vizalloc.capture") / "native" / SOURCE_NAME).read_bytes()
 
 
 def find_compiler() -> str:

@@ -354,21 +354,40 @@ class _Cursor:
         return n
 
 
-def _call(c: _Cursor, pending: dict[int, dict[str, object]]) -> Call | None:
+@dataclass
+class _Pending:
+    """A call whose node and leaf lists arrive in continuation records (graphs too big for one)."""
+
+    call: Call
+    n_nodes: int
+    n_leafs: int
+    lists: tuple[list[int], list[int], list[int] | None, list[int] | None]  # nodes, leafs, their buffer ids
+
+    def complete(self) -> bool:
+        nodes, leafs, node_ids, leaf_ids = self.lists
+        return (len(nodes) == self.n_nodes and len(leafs) == self.n_leafs
+                and (node_ids is None or len(node_ids) == self.n_nodes)
+                and (leaf_ids is None or len(leaf_ids) == self.n_leafs))
+
+    def finish(self) -> Call:
+        nodes, leafs, node_ids, leaf_ids = self.lists
+        c = self.call
+        return Call(c.call, c.parent, c.kind, c.lib, c.obj, c.graph, c.t_ns, c.site, tuple(nodes), tuple(leafs),
+                    None if node_ids is None else tuple(node_ids), None if leaf_ids is None else tuple(leaf_ids))
+
+
+def _call(c: _Cursor, pending: dict[int, _Pending]) -> Call | None:
     call, parent, kind = c.u64(), c.u64(), c.i64()
     if kind == CallKind.CONTINUATION:
         part = pending.get(call)
         if part is None:
             raise CaptureFormatError(f"capture record at byte {c.where - 8} continues call {call}, which never began")
         which, start, n = c.i64(), c.i64(), c.i64()
-        if which not in (0, 1, 2, 3) or start < 0:
+        items = part.lists[which] if which in (0, 1, 2, 3) and start >= 0 else None
+        if items is None:
             raise CaptureFormatError(f"capture record at byte {c.where - 8} has a bad continuation")
-        key = ("nodes", "leafs", "node_ids", "leaf_ids")[which]
-        values = c.u64s(c.count(n, 8)) if which < 2 else c.i32s(c.count(n, 4))
-        items = part[key]
-        assert isinstance(items, list)
-        items.extend(values)
-        return _finish(pending.pop(call)) if _complete(part) else None
+        items.extend(c.u64s(c.count(n, 8)) if which < 2 else c.i32s(c.count(n, 4)))
+        return pending.pop(call).finish() if part.complete() else None
     try:
         kind_ = CallKind(kind)
     except ValueError:
@@ -379,37 +398,15 @@ def _call(c: _Cursor, pending: dict[int, dict[str, object]]) -> Call | None:
     if n_nodes < 0 or n_leafs < 0:
         raise CaptureFormatError(f"capture record at byte {c.where - 8} has negative node counts")
     if c.left == 0 and (n_nodes or n_leafs):  # the lists follow in continuation records
-        pending[call] = {"call": Call(call, parent, kind_, lib, obj, graph, t_ns, site, (), (), None, None),
-                         "nodes": [], "leafs": [], "node_ids": [], "leaf_ids": [],
-                         "n_nodes": n_nodes, "n_leafs": n_leafs,
-                         "has_node_ids": bool(has_node_ids), "has_leaf_ids": bool(has_leaf_ids)}
+        head = Call(call, parent, kind_, lib, obj, graph, t_ns, site, (), (), None, None)
+        pending[call] = _Pending(head, n_nodes, n_leafs,
+                                 ([], [], [] if has_node_ids else None, [] if has_leaf_ids else None))
         return None
     nodes = c.u64s(c.count(n_nodes, 8))
     leafs = c.u64s(c.count(n_leafs, 8))
     node_ids = c.i32s(c.count(n_nodes, 4)) if has_node_ids else None
     leaf_ids = c.i32s(c.count(n_leafs, 4)) if has_leaf_ids else None
     return Call(call, parent, kind_, lib, obj, graph, t_ns, site, nodes, leafs, node_ids, leaf_ids)
-
-
-def _complete(part: dict[str, object]) -> bool:
-    n_nodes, n_leafs = part["n_nodes"], part["n_leafs"]
-    return (len(part["nodes"]) == n_nodes and len(part["leafs"]) == n_leafs  # type: ignore[arg-type]
-            and (not part["has_node_ids"] or len(part["node_ids"]) == n_nodes)  # type: ignore[arg-type]
-            and (not part["has_leaf_ids"] or len(part["leaf_ids"]) == n_leafs))  # type: ignore[arg-type]
-
-
-def _finish(part: dict[str, object]) -> Call:
-    """A call whose lists came in continuation records, once complete."""
-    base = part["call"]
-    assert isinstance(base, Call)
-    nodes, leafs = tuple(part["nodes"]), tuple(part["leafs"])  # type: ignore[arg-type]
-    if len(nodes) != part["n_nodes"] or len(leafs) != part["n_leafs"]:
-        raise CaptureFormatError(f"call {base.call} ({base.kind.function}) lists {len(nodes)} of "
-                                 f"{part['n_nodes']} nodes and {len(leafs)} of {part['n_leafs']} leafs")
-    node_ids = tuple(part["node_ids"]) if part["has_node_ids"] else None  # type: ignore[arg-type]
-    leaf_ids = tuple(part["leaf_ids"]) if part["has_leaf_ids"] else None  # type: ignore[arg-type]
-    return Call(base.call, base.parent, base.kind, base.lib, base.obj, base.graph, base.t_ns, base.site, nodes,
-                leafs, node_ids, leaf_ids)
 
 
 def _return(c: _Cursor) -> Return:
@@ -424,7 +421,7 @@ def _return(c: _Cursor) -> Return:
     return Return(call, kind_, result, t_ns, (), n_splits, c.u64s(c.count(m, 8)))
 
 
-def _decode(kind: int, c: _Cursor, pending: dict[int, dict[str, object]]) -> Record | None:
+def _decode(kind: int, c: _Cursor, pending: dict[int, _Pending]) -> Record | None:
     if kind == 10:
         lib, address = c.i64(), c.u64()
         return TensorBytes(lib, address, c.raw(c.left))
@@ -501,7 +498,7 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
     if version != FORMAT_VERSION:
         raise CaptureFormatError(f"capture file format {version}; this vizalloc reads format {FORMAT_VERSION}")
     records: list[Record] = []
-    pending: dict[int, dict[str, object]] = {}
+    pending: dict[int, _Pending] = {}
     pos, end = HEADER_SIZE, len(data)
     cut_at: int | None = None
     while pos < end:

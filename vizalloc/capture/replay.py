@@ -84,6 +84,7 @@ class _Mirror:
     tensor: Tensor
     struct: TensorStruct
     struct_lib: int
+    copy_of: Tensor | None = None  # the tensor whose bytes it aliases from birth (a deep copy)
 
 
 @dataclass
@@ -93,6 +94,9 @@ class _RealBuffer:
     size: int
     mirror: Buffer | None  # None for a multi-buffer (no base of its own)
     galloc: int = 0        # the graph allocator owning it as a chunk, if any
+
+    def holds(self, address: int) -> bool:
+        return self.base <= address < self.base + max(self.size, 1)
 
 
 @dataclass
@@ -142,9 +146,13 @@ class Importer:
         self.ops: dict[tuple[int, int, int], str] = {}
         self.bufts: dict[int, BufferType] = {}
         self.buffers: dict[int, _RealBuffer] = {}
+        #: freed buffers by their object's address (the last one freed there): tensors the program
+        #: keeps still point at them, stale, as the replayed allocator's tensors do
+        self.freed: dict[int, _RealBuffer] = {}
         self._by_base: list[tuple[int, _RealBuffer]] = []  # live buffers sorted by base, for lookups
         self._by_base_dirty = False
         self.tensors: dict[int, _Mirror] = {}        # by address: the tensor living there now
+        self._root_at: dict[int, _Mirror] = {}       # by real data address: the root tensor placed there
         self._by_id: dict[int, _Mirror] = {}         # by mirror tensor id
         self.gallocs: dict[int, _Galloc] = {}
         self.scheds: dict[int, int] = {}             # sched pointer -> sched id
@@ -196,8 +204,8 @@ class Importer:
         self.libs[r.lib] = r
         self.result.libraries.append(r)
         if r.status < 0:
-            note = (f"ggml {r.version} at {r.path}: not read ({r.reason}); this vizalloc knows the "
-                    f"{TENSOR_SIZE}-byte struct ggml_tensor of ggml 0.15.3 to 0.26.0")
+            note = (f"ggml {r.version} at {r.path} was not read: {r.reason} (vizalloc reads the layout of "
+                    "ggml 0.15.3 to 0.26.0)")
             self.result.notes.append(note)
             recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
             return
@@ -308,6 +316,7 @@ class Importer:
         self._by_base_dirty = True
         if rb is None or rb.mirror is None:
             return
+        self.freed[r.buffer] = rb
         if rb.galloc:
             # the replayed allocator frees its own chunks when it re-plans; a real free it did
             # not make is a difference
@@ -338,7 +347,7 @@ class Importer:
         i = bisect_right(self._by_base, address, key=lambda x: x[0]) - 1
         if i >= 0:
             base, rb = self._by_base[i]
-            if address < base + max(rb.size, 1):
+            if rb.holds(address):
                 return rb
         return None
 
@@ -382,15 +391,33 @@ class Importer:
         srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a else None for k, a in enumerate(s.src)]
         view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}") if s.view_src else None
         params = _op_params(s, op_name, self.ops, lib)
+        original = self._copied(s)
         t = self._ctx(lib).new_tensor_impl(
             dtype, s.ne, view_src, s.view_offs, nb=s.nb, op=Op[op_name], src=srcs, op_params=params, name=s.name,
+            copy_of=original,
         )
         if s.flags:
             t._set_flags(s.flags)
-        m = _Mirror(t, s, lib)
+        m = _Mirror(t, s, lib, original)
         self.tensors[s.address] = m
         self._by_id[t.id] = m
         return m
+
+    def _copied(self, s: TensorStruct) -> Tensor | None:
+        """The tensor a new tensor is a copy of: a root first seen outside the allocator with its
+        data already set to exactly the bytes of another live root of the same type and shape
+        (ggml-opt's dup_graph copies data, buffer and extra). Such tensors alias on purpose:
+        what one writes the other reads, as with a view."""
+        if not s.data or s.view_src or self._replay_call() is not None:
+            return None
+        m = self._root_at.get(s.data)
+        if m is None or self.tensors.get(m.struct.address) is not m or m.struct.data != s.data \
+                or m.tensor.storage is None or m.tensor.storage.freed:
+            return None
+        o = m.struct
+        if (o.type_id, o.ne, o.nb) != (s.type_id, s.ne, s.nb):
+            return None
+        return m.tensor
 
     def _sync_dirty(self) -> None:
         """Bring changed tensors' memory up to date, except during a replayed allocator call,
@@ -406,8 +433,12 @@ class Importer:
         if not s.data:
             return None
         rb = self.buffers.get(s.buffer) if s.buffer else None
-        if rb is None or rb.mirror is None or not (rb.base <= s.data < rb.base + max(rb.size, 1)):
-            rb = self._buffer_at(s.data)
+        if rb is None or rb.mirror is None or not rb.holds(s.data):
+            # a stale pointer into a freed buffer stays there (it is not memory of a later
+            # buffer that happens to hold the address, nor memory of no buffer at all)
+            gone = self.freed.get(s.buffer) if s.buffer else None
+            rb = gone if gone is not None and gone.mirror is not None and gone.holds(s.data) else \
+                self._buffer_at(s.data)
         if rb is not None and rb.mirror is not None:
             return rb.mirror, s.data - rb.base
         # memory that is no ggml buffer (a context that allocated its own): a buffer of its own
@@ -423,6 +454,10 @@ class Importer:
         """Give the mirror the real tensor's memory; False if it had it already."""
         t = m.tensor
         where = self._where(m.struct)
+        if where is not None and not m.struct.view_src:
+            held = self._root_at.get(m.struct.data)
+            if held is None or self.tensors.get(held.struct.address) is not held or held.struct.data != m.struct.data:
+                self._root_at[m.struct.data] = m
         if where is None and t.data is None:
             # a buffer but no data yet (a model loaded with no_alloc): ggml's planner counts
             # such a tensor as allocated elsewhere, so the mirror keeps the buffer too
@@ -443,6 +478,9 @@ class Importer:
             t.buffer = buf if t.view_src is None else None
             t.data = buf.base + offset
             t.storage = buf
+            original = m.copy_of
+            if original is not None and original.storage is buf and original.offset == offset:
+                by = ev.PlacedBy.COPY
             recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
         return True
 
@@ -465,11 +503,11 @@ class Importer:
                 m = self._by_id.get(u.id)
                 if m is None or self.tensors.get(m.struct.address) is not m:
                     continue
-                replayed = (u.storage, u.offset) if u.data is not None else None
+                replayed = _describe_placement(u)
                 if m.struct.data:
                     self.result.placements_checked += 1
                 if self._force(m, ev.PlacedBy.OBSERVED):
-                    self._mismatch("offset", u.id, _describe(self._where(m.struct)), _describe(replayed), call)
+                    self._mismatch("offset", u.id, _describe(self._where(m.struct)), replayed, call)
 
     def _place(self, r: rf.Place) -> None:
         m = self.tensors.get(r.tensor)
@@ -656,6 +694,14 @@ class Importer:
     def _compute_buffers(self) -> list[tuple[str, int]]:
         """The buffers of each graph allocator's last plan (freed allocators included)."""
         return [(name, size) for sizes in self._buffer_sizes.values() for name, size in sizes if size]
+
+
+def _describe_placement(t: Tensor) -> str:
+    storage, offset = t.storage, t.offset
+    if storage is None or offset is None:
+        return "no memory"
+    buft = getattr(storage, "buft", None)
+    return f"buffer #{storage.id} ({buft.name if buft else 'memory'}) + {offset}"
 
 
 def _describe(where: tuple[Buffer, int] | None) -> str:

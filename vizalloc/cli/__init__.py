@@ -1,9 +1,11 @@
 """The ``vizalloc`` command: the only place that touches paths and turns errors into exit codes.
 
 Each subcommand lives in its own module ``vizalloc/cli/<name>.py`` that defines
-``HELP`` (one line), ``add_arguments(parser)`` and ``execute(args) -> int``.
-Modules are imported only when their command runs, so ``vizalloc --help`` stays fast
-and a missing optional dependency only affects the command that needs it.
+``add_arguments(parser)`` and ``execute(args) -> int``; its docstring is its ``--help``
+text, and its one-line help is in ``COMMANDS`` (the one place: ``vizalloc --help`` lists
+every command without importing its module). Modules are imported only when their command
+runs, so ``vizalloc --help`` stays fast and a missing optional dependency only affects
+the command that needs it.
 
 Exit codes: 0 success (and "no hazards"), 1 findings (hazards, plan differences),
 2 bad input or usage, 3 an internal error (a bug in vizalloc: the traceback is
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from vizalloc.errors import VizallocError
+from vizalloc.text import inert_lines
 
 #: The exit code of an exception that is not a ``VizallocError``: a bug in vizalloc.
 INTERNAL_ERROR = 3
@@ -109,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._module.execute(args))
     except VizallocError as exc:
-        print(f"vizalloc {args.command}: error: {exc}", file=sys.stderr)
+        # a message may quote names and paths from the file or the program: shown inert
+        print(f"vizalloc {args.command}: error: {inert_lines(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -30,7 +30,6 @@ being written (or cut short) is checked up to its last complete frame, with a wa
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -38,8 +37,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from vizalloc.errors import UsageError
-
-HELP = "report hazards in a trace; exit 1 if any (for CI)"
+from vizalloc.gcpause import gc_paused
 
 DEFAULT_FAIL_ON = "all-but-replan"
 
@@ -144,7 +142,6 @@ def analyse_file(path: str, label: str = "", command: str = "check") -> tuple[An
     is analysed up to its last complete frame (``inputs.cut_said``)."""
     import os
 
-    from vizalloc.analysis.model import gc_paused
     from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis
     from vizalloc.cli.inputs import check_trace_path, cut_said
     from vizalloc.trace.api import open_reader
@@ -202,38 +199,6 @@ def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
     return out
 
 
-@contextmanager
-def _collector_paused() -> Iterator[Callable[[], None]]:
-    """Pause the cyclic GC while the trace loads and is analysed; the block calls the
-    function it gets once the analysis is done, which freezes what exists and resumes the GC.
-
-    Loading, the model and the hazard pass each pause the collector themselves, but each
-    re-enables it at its end, and the next allocation then collects a young generation of
-    millions of objects (~0.25 s per phase for 2M events). The model lives while the report
-    is made (and the shadow runs), so it is kept out of the collector's sight meanwhile
-    (``gc.freeze``); at the end of the block it is unfrozen, so a caller in the same process
-    (tests, a library user) gets the collector as it was, and cycles freed later are found.
-    """
-    was_enabled = gc.isenabled()
-    frozen = False
-
-    def analysed() -> None:
-        nonlocal frozen
-        if was_enabled and not frozen:
-            gc.freeze()
-            frozen = True
-            gc.enable()
-
-    gc.disable()
-    try:
-        yield analysed
-    finally:
-        if frozen:
-            gc.unfreeze()
-        elif was_enabled:
-            gc.enable()
-
-
 def execute(args: argparse.Namespace) -> int:
     fail_on = parse_kinds(args.fail_on)
     if args.max_reports < 0:
@@ -245,13 +210,16 @@ def execute(args: argparse.Namespace) -> int:
 
         return fleet.execute(args.trace, args.jobs, fail_on, args.max_reports, args.shadow, args.json)
     args.trace = args.trace[0]
-    with _collector_paused() as analysed:
+    # The analysis pauses the collector; the pause spans it all, and the model then lives
+    # while the report is made (and the shadows run), frozen out of the collector's sight;
+    # the block's end unfreezes it, so a caller in the same process gets the collector as it was.
+    with gc_paused() as pause:
         if args.shadow:  # shadow execution replays computes: it needs the events
             model = load_model(args.trace)
             hazards = analyse(model)
         else:
             model, hazards, _ = analyse_file(args.trace)
-        analysed()
+        pause.freeze()
         return _report(args, model, hazards, fail_on)
 
 
@@ -271,15 +239,18 @@ def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: s
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        from vizalloc.text import inert_lines
+
+        # names, source paths and causes in a report come from the traced program
         out = sys.stdout
         # errors first, then warnings (re-plans); each group in the analysis' order
         shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
         for h in shown[:args.max_reports]:
-            out.write(h.report() + "\n\n")
+            out.write(inert_lines(h.report()) + "\n\n")
         if len(hazards) > args.max_reports:
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
         for r in shadows:
-            out.write(r.summary() + "\n\n")
+            out.write(inert_lines(r.summary()) + "\n\n")
         total = sum(found.values())
         listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
         verdict = "FAIL" if failing else "ok"

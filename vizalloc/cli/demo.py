@@ -25,6 +25,7 @@ error); 2 for bad options, or when a trace file already exists without -f.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -32,8 +33,6 @@ import sys
 from typing import Any
 
 from vizalloc.errors import UsageError
-
-HELP = "run the shared-tensor training loop with and without a fix and compare"
 
 _DEFAULT_STRATEGIES = "none,dup"
 
@@ -63,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-values", action="store_true",
                         help="also record graph inputs and outputs at every compute, so that "
                              "`vizalloc check TRACE --shadow` can replay the computes and show the first wrong node")
-    # --tui (added by the TUI engineer): browse a trace after the run
+    # --tui: browse a trace after the run
     parser.add_argument("--tui", action="store_true",
                         help="open the first strategy's trace in `vizalloc tui` after the run")
 
@@ -142,11 +141,9 @@ def execute(args: argparse.Namespace) -> int:
     hazards: dict[str, dict[str, int] | None] = {}
     for name in names:
         around = None
-        if name in paths:
-            assert api is not None, "trace paths without the trace API"
-            open_trace = api.trace
-            around = (lambda p=paths[name], t=open_trace: t(p, capture_values=args.capture_values,  # noqa: E731
-                                                             overwrite=args.force))
+        if name in paths and api is not None:
+            around = functools.partial(api.trace, paths[name], capture_values=args.capture_values,
+                                       overwrite=args.force)
         results[name] = shared_tensors.run(name, args.steps, args.seed, args.config,
                                            reserve_between=args.reserve_between, driver=args.driver,
                                            presize=args.presize, around_loop=around)
@@ -176,7 +173,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _open_tui(args: argparse.Namespace, paths: dict[str, str]) -> int:
-    """--tui (TUI engineer): browse the first strategy's trace, then exit 0."""
+    """--tui: browse the first strategy's trace, then exit 0."""
     if not getattr(args, "tui", False):
         return 0
     if not paths:

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from vizalloc.errors import UsageError
 
-HELP = "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"
 FORMATS = ("dot", "svg", "layout", "perfetto", "json", "minimalloc")
 
 

@@ -81,13 +81,16 @@ def check_one(path: str, fail_on: list[str], max_reports: int, shadow: bool) -> 
         out.update(error=f"vizalloc check: internal error: this is a bug in vizalloc, please report it\n"
                          f"{traceback.format_exc()}", exit=INTERNAL_ERROR, stderr=err.text)
         return out
+    from vizalloc.text import inert_lines
+
     failing = [h for h in hazards if h.kind in kinds]
     shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
+    # names, source paths and causes in a report come from the traced program
     out.update(
         events=model.n_events, counts=counts(hazards), failed=bool(failing), exit=1 if failing else 0,
-        hazards=[h.to_dict() for h in hazards], reports=[h.report() for h in shown[:max_reports]],
+        hazards=[h.to_dict() for h in hazards], reports=[inert_lines(h.report()) for h in shown[:max_reports]],
         n_hazards=len(hazards), shadow=[r.to_dict() for r in shadows],
-        shadow_text=[r.summary() for r in shadows], stderr=err.text)
+        shadow_text=[inert_lines(r.summary()) for r in shadows], stderr=err.text)
     return out
 
 

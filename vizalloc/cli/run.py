@@ -37,8 +37,7 @@ import traceback
 from typing import Any
 
 from vizalloc.errors import UsageError
-
-HELP = "trace a Python script, or a real ggml program after --, into a trace file (like memray run)"
+from vizalloc.text import inert_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture-values", action="store_true",
                         help="also record graph inputs and outputs at every compute (bigger traces; needed for replay)")
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
-    # --tui (added by the TUI engineer): browse the trace after the run
+    # --tui: browse the trace after the run
     parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py [ARGS] | -- PROGRAM [ARGS]",
                         help="a Python script on vizalloc's runtime and its arguments, or after -- a real ggml "
@@ -132,7 +131,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
             err.write(f"    ggml {lib.version} from {lib.path}\n")
-        if result.saw_ggml and result.libraries:
+        if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
             for name, size in result.compute_buffers:
@@ -185,7 +184,7 @@ def _run_script(args: argparse.Namespace, script: str) -> int:
         found = _check(output, err)
         if code == 0 and found:
             code = 1
-    if getattr(args, "tui", False) and stats.n_events:  # --tui: browse the trace (TUI engineer)
+    if getattr(args, "tui", False) and stats.n_events:  # --tui: browse the trace
         from vizalloc.cli.tui import open_tui
 
         open_tui(output)
@@ -205,7 +204,7 @@ def _check(path: str, out: Any) -> bool:
     hazards = find_hazards(build_model(load(path)))
     serious = [h for h in hazards if h.kind.value != "replan"]
     for h in serious[:5]:
-        out.write(h.report() + "\n\n")
+        out.write(inert_lines(h.report()) + "\n\n")
     if len(serious) > 5:
         out.write(f"... {len(serious) - 5} more; run: vizalloc check {path}\n")
     kinds: dict[str, int] = {}

@@ -19,8 +19,6 @@ from pathlib import Path
 from vizalloc.cli.inputs import check_trace_path
 from vizalloc.errors import UsageError
 
-HELP = "browse a trace in the terminal"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="a trace file (.vztrace)")

@@ -277,6 +277,9 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
         for root in missing:
             info = model.tensors[root]
             dt = DType.from_label(info.dtype).numpy
+            if dt is None:
+                raise UsageError(f"shadow execution: input '{model.label(root)}' is {info.dtype}, a type vizalloc "
+                                 "cannot compute with; the trace has no captured values for it")
             n = 1
             for d in info.ne:
                 n *= d
@@ -297,11 +300,12 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
     first_name = ""
     first_diff = 0.0
     for (index, tid, a), (_, _, b) in zip(private.outputs, aliased.outputs):
-        d = _max_diff(a, b)
-        info = model.tensors.get(tid)
-        diffs.append(NodeDiff(index, tid, info.name if info else "", info.op if info else "?", d))
-        if first < 0 and d > tolerance:
-            first, first_tid, first_name, first_diff = index, tid, info.name if info else "", d
+        diff = _max_diff(a, b)
+        out_info = model.tensors.get(tid)
+        name = out_info.name if out_info else ""
+        diffs.append(NodeDiff(index, tid, name, out_info.op if out_info else "?", diff))
+        if first < 0 and diff > tolerance:
+            first, first_tid, first_name, first_diff = index, tid, name, diff
     max_diff = max((d.max_abs_diff for d in diffs), default=0.0)
     out_diffs = []
     reproduces = True
@@ -382,13 +386,14 @@ def _run(model: TraceModel, comp: Any, wanted: set[int], begin: dict[int, ev.Val
                 memory.tensor_alloc(buf, t, buf.base)
                 notes.append(f"'{model.label(t_id)}' had no placement at the compute's start; given private bytes")
                 continue
-            buf = by_buffer.get(p.buffer_id)
-            if buf is None:
+            shared = by_buffer.get(p.buffer_id)
+            if shared is None:
                 info = model.buffers.get(p.buffer_id)
                 size = info.nbytes if info is not None else p.offset + p.nbytes
-                buf = by_buffer[p.buffer_id] = buft.alloc_buffer(max(size, 1), Usage.COMPUTE, cause="shadow aliased")
-                buffers.append(buf)
-            memory.tensor_alloc(buf, t, buf.base + p.offset)
+                shared = by_buffer[p.buffer_id] = buft.alloc_buffer(max(size, 1), Usage.COMPUTE,
+                                                                    cause="shadow aliased")
+                buffers.append(shared)
+            memory.tensor_alloc(shared, t, shared.base + p.offset)
     for t in rb.tensors.values():
         if t.view_src is not None and t.buffer is None and t.data is None:
             memory.view_init(t)
@@ -396,9 +401,9 @@ def _run(model: TraceModel, comp: Any, wanted: set[int], begin: dict[int, ev.Val
             t.buffer = t.view_src.buffer
     # captured inputs, in capture order (leafs first, as the compute loop snapshots them)
     for snap in sorted(begin.values(), key=lambda s: s.seq):
-        t = rb.tensors.get(snap.tensor_id)
-        if t is not None and t.data is not None:
-            memory.tensor_array(t)[...] = _values(snap)
+        target = rb.tensors.get(snap.tensor_id)
+        if target is not None and target.data is not None:
+            memory.tensor_array(target)[...] = _values(snap)
     outputs = []
     try:
         for node in comp.nodes:

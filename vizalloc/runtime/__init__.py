@@ -25,12 +25,12 @@ __all__ = [
     "UnaryOp", "Usage", "graph_deep_copy", "set_input", "set_loss", "set_output", "set_param", "set_strict",
 ]
 
-# op constructors and kernels (ops engineer): ``from vizalloc.runtime import ops, kernels``
+# op constructors and kernels: ``from vizalloc.runtime import ops, kernels``
 from vizalloc.runtime import kernels, ops  # noqa: E402
 
 __all__ += ["kernels", "ops"]
 
-# backward graphs and the optimizer (training engineer)
+# backward graphs and the optimizer
 from vizalloc.runtime import backward, opt  # noqa: E402
 from vizalloc.runtime.backward import (  # noqa: E402
     build_backward_expand, graph_get_grad, graph_get_grad_acc, graph_reset,
@@ -38,12 +38,12 @@ from vizalloc.runtime.backward import (  # noqa: E402
 
 __all__ += ["backward", "build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset", "opt"]
 
-# the backend scheduler (scheduler engineer)
+# the backend scheduler
 from vizalloc.runtime.sched import Scheduler  # noqa: E402
 
 __all__ += ["Scheduler"]
 
-# the planning and graph allocators, and golden-format case files (allocator engineer)
+# the allocators
 from vizalloc.runtime.alloc import DynAllocator, GraphAllocator  # noqa: E402
 
 __all__ += ["DynAllocator", "GraphAllocator"]

@@ -18,7 +18,7 @@ that ggml appends: the same ops, in the same order, with the same shapes, names
 Fidelity: a line-by-line port of ``src/ggml.c`` at d99724f2 for every op vizalloc has.
 ggml keys gradients by hash-set slot; vizalloc keys them by tensor id, which gives the
 same answers because each tensor owns exactly one slot in a graph. Ops vizalloc does not
-model (IM2COL, POOL_2D, WIN_PART, the EXPM1/SOFTPLUS unary ops) raise ``GraphError`` where
+model (ROPE, IM2COL, POOL_2D, WIN_PART, the EXPM1/SOFTPLUS unary ops) raise ``GraphError`` where
 ggml would build a gradient, and every ``GGML_ASSERT``/``GGML_ABORT`` of the original is a
 ``GraphError`` naming the tensor.
 """
@@ -26,22 +26,21 @@ ggml would build a gradient, and every ``GGML_ASSERT``/``GGML_ABORT`` of the ori
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 from vizalloc.errors import GraphError
 from vizalloc.runtime import memory, ops
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp
+from vizalloc.runtime.tensor import VIEW_OPS, Flag, Op, Tensor, UnaryOp, label
 
 __all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "graph_reset"]
 
-#: ops whose result is a view that the backward pass knows how to differentiate
-_VIEWING_OPS = frozenset({Op.CPY, Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: ops whose result may be a view of a source without being an in-place op: the backward
+#: pass differentiates them (ggml_build_backward_expand's in-place check)
+_VIEW_RESULT_OPS = VIEW_OPS | {Op.CPY}
 
-
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
 
 def graph_get_grad(graph: Graph, t: Tensor) -> Tensor | None:
@@ -121,8 +120,31 @@ def _param(t: Tensor, i: int, default: object = None) -> object:
     if i < len(t.op_params):
         return t.op_params[i]
     if default is None:
-        raise GraphError(f"tensor {_label(t)} ({t.op.name}) lacks op parameter {i}; it was not built by vizalloc.ops")
+        raise GraphError(f"tensor {label(t)} ({t.op.name}) lacks op parameter {i}; it was not built by vizalloc.ops")
     return default
+
+
+def _int_param(t: Tensor, i: int) -> int:
+    """ggml's ``ggml_get_op_params_i32``."""
+    return int(cast(Any, _param(t, i)))
+
+
+def _float_param(t: Tensor, i: int, default: float | None = None) -> float:
+    """ggml's ``ggml_get_op_params_f32``."""
+    return float(cast(Any, _param(t, i, default)))
+
+
+def _src(t: Tensor, i: int) -> Tensor:
+    """Source ``i`` of ``t``, which the op's backward rule reads (ggml reads ``t->src[i]`` unchecked)."""
+    s = t.src[i] if i < len(t.src) else None
+    if s is None:
+        raise GraphError(f"backward of {t.op.name} {label(t)}: source {i} is missing; it was not built by vizalloc.ops")
+    return s
+
+
+def _opt_src(t: Tensor, i: int) -> Tensor | None:
+    """Source ``i`` of ``t`` where the op allows none (a mask, freq factors)."""
+    return t.src[i] if i < len(t.src) else None
 
 
 def _unary_op(t: Tensor) -> UnaryOp:
@@ -156,21 +178,22 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
     grad = graph_get_grad(graph, tensor)
     if grad is None:
         return
-    srcs = tensor.src
-    src0 = srcs[0] if len(srcs) > 0 else None
-    src1 = srcs[1] if len(srcs) > 1 else None
-    src2 = srcs[2] if len(srcs) > 2 else None
+    op = tensor.op
+    if op is Op.NONE:
+        return  # a leaf: nothing upstream
 
-    def needs(s: Tensor | None) -> bool:
+    def needs(i: int) -> bool:
+        s = _opt_src(tensor, i)
         return s is not None and graph.contains(s) and s.id in grads_needed
 
-    n0, n1, n2 = needs(src0), needs(src1), needs(src2)
-    op = tensor.op
+    n0, n1, n2 = needs(0), needs(1), needs(2)
+    src0 = _src(tensor, 0)  # every op with a backward rule has one
 
     if op is Op.DUP:
         if n0:
             _add_or_set(ctx, graph, src0, grad)
     elif op is Op.ADD:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, grad)
         if n1:
@@ -179,23 +202,27 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
                 tmp = ops.repeat_back(ctx, tmp, src1)
             _add_or_set(ctx, graph, src1, tmp)
     elif op is Op.ADD1:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, grad)
         if n1:
             _add_or_set(ctx, graph, src1, ops.mean(ctx, grad))  # ggml's TODO: sum would be right
     elif op is Op.ACC:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, grad)
         if n1:
-            nb1, nb2, nb3, offset = (int(_param(tensor, k)) for k in range(4))
+            nb1, nb2, nb3, offset = (_int_param(tensor, k) for k in range(4))
             view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
             _add_or_set(ctx, graph, src1, ops.reshape(ctx, ops.cont(ctx, view), src1))
     elif op is Op.SUB:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, grad)
         if n1:
             _sub_or_set(ctx, graph, src1, grad)
     elif op is Op.MUL:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, ops.mul(ctx, grad, src1))
         if n1:
@@ -204,6 +231,7 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
                 tmp = ops.repeat_back(ctx, tmp, src1)
             _add_or_set(ctx, graph, src1, tmp)
     elif op is Op.DIV:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, ops.div(ctx, grad, src1))
         if n1:
@@ -240,15 +268,17 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             _add_or_set(ctx, graph, src0, ops.repeat(ctx, grad, src0))
     elif op is Op.RMS_NORM:
         if n0:
-            eps = float(_param(tensor, 0))
+            eps = _float_param(tensor, 0)
             _add_or_set(ctx, graph, src0, ops.rms_norm_back(ctx, grad, src0, eps))
     elif op is Op.MUL_MAT:
+        src1 = _src(tensor, 1)
         _backward_mul_mat(ctx, graph, tensor, grad, src0, src1, n0, n1)
     elif op is Op.SCALE:
         if n0:
-            s = float(_param(tensor, 0))
+            s = _float_param(tensor, 0)
             _add_or_set(ctx, graph, src0, ops.scale(ctx, grad, s))
     elif op is Op.SET:
+        src1 = _src(tensor, 1)
         _backward_set(ctx, graph, tensor, grad, src0, src1, n0, n1)
     elif op is Op.CPY:
         # cpy overwrites src1 with src0: tensor = src0 * 1 + src1 * 0
@@ -258,9 +288,9 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
         if n0:
             cur = graph.grads.get(src0.id)
             if cur is not None and not _is_contiguous(cur):
-                raise GraphError(f"backward of CONT {_label(tensor)}: the gradient of {_label(src0)} is not contiguous")
+                raise GraphError(f"backward of CONT {label(tensor)}: the gradient of {label(src0)} is not contiguous")
             if not _is_contiguous(grad) or grad.nelements != src0.nelements:
-                raise GraphError(f"backward of CONT {_label(tensor)}: gradient {_label(grad)} does not fit the source")
+                raise GraphError(f"backward of CONT {label(tensor)}: gradient {label(grad)} does not fit the source")
             _add_or_set(ctx, graph, src0, grad if _same_shape(tensor, src0) else ops.reshape(ctx, grad, src0))
     elif op is Op.RESHAPE:
         if n0:
@@ -271,7 +301,7 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             _backward_view(ctx, graph, tensor, grad, src0)
     elif op is Op.PERMUTE:
         if n0:
-            axes = [int(_param(tensor, k)) & 0x3 for k in range(4)]
+            axes = [_int_param(tensor, k) & 0x3 for k in range(4)]
             axb = [0, 0, 0, 0]
             for k, axis in enumerate(axes):
                 axb[axis] = k
@@ -280,51 +310,55 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
         if n0:
             _add_or_set(ctx, graph, src0, ops.transpose(ctx, grad))
     elif op is Op.GET_ROWS:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, ops.get_rows_back(ctx, grad, src1, src0))
     elif op in (Op.DIAG_MASK_INF, Op.DIAG_MASK_ZERO):
         if n0:
-            n_past = int(_param(tensor, 0))
+            n_past = _int_param(tensor, 0)
             _add_or_set(ctx, graph, src0, ops.diag_mask_zero(ctx, grad, n_past))
     elif op is Op.SOFT_MAX:
         if n0:
-            scale = float(_param(tensor, 0, 1.0))
-            max_bias = float(_param(tensor, 1, 0.0))
+            scale = _float_param(tensor, 0, 1.0)
+            max_bias = _float_param(tensor, 1, 0.0)
             _add_or_set(ctx, graph, src0, ops.soft_max_ext_back(ctx, grad, tensor, scale, max_bias))
-        if src1 is not None and n1:
+        if n1:  # the mask
             raise GraphError(
-                f"backward of SOFT_MAX {_label(tensor)}: gradients for the mask are not implemented (as in ggml)"
+                f"backward of SOFT_MAX {label(tensor)}: gradients for the mask are not implemented (as in ggml)"
             )
     elif op is Op.ROPE:
         if n0:
-            _add_or_set(ctx, graph, src0, _rope_back(ctx, tensor, grad, src1, src2))
-        if src2 is not None and n2:
+            # ggml builds ggml_rope_ext_back / ggml_rope_multi_back here: ops vizalloc does not model
+            raise GraphError(f"backward of ROPE {label(tensor)}: vizalloc has no rope ops to build the gradient with")
+        if n2:  # freq factors
             raise GraphError(
-                f"backward of ROPE {_label(tensor)}: gradients for freq factors are not implemented (as in ggml)"
+                f"backward of ROPE {label(tensor)}: gradients for freq factors are not implemented (as in ggml)"
             )
     elif op is Op.UNARY:
         _backward_unary(ctx, graph, tensor, grad, src0, n0)
     elif op is Op.CROSS_ENTROPY_LOSS:
+        src1 = _src(tensor, 1)
         if n0:
             _add_or_set(ctx, graph, src0, ops.cross_entropy_loss_back(ctx, grad, src0, src1))
         if n1:
             raise GraphError(
-                f"backward of CROSS_ENTROPY_LOSS {_label(tensor)}: no gradient for the labels (as in ggml)"
+                f"backward of CROSS_ENTROPY_LOSS {label(tensor)}: no gradient for the labels (as in ggml)"
             )
     elif op is Op.GLU:
-        _backward_glu(ctx, graph, tensor, grad, src0, src1, n0, n1)
+        _backward_glu(ctx, graph, tensor, grad, src0, _opt_src(tensor, 1), n0, n1)
     elif op is Op.NONE:
         pass
     else:
-        raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {label(tensor)})")
 
-    for s, n in ((src0, n0), (src1, n1), (src2, n2)):
-        if n and s is not None:
-            g = graph.grads.get(s.id)
-            if g is None or not _same_shape(s, g):
+    for i, n in enumerate((n0, n1, n2)):
+        if n:
+            src = _src(tensor, i)
+            g = graph.grads.get(src.id)
+            if g is None or not _same_shape(src, g):
                 raise GraphError(
-                    f"backward of {op.name} {_label(tensor)}: gradient of {_label(s)} has shape "
-                    f"{None if g is None else list(g.ne)}, expected {list(s.ne)}"
+                    f"backward of {op.name} {label(tensor)}: gradient of {label(src)} has shape "
+                    f"{None if g is None else list(g.ne)}, expected {list(src.ne)}"
                 )
 
 
@@ -333,11 +367,11 @@ def _backward_mul_mat(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, 
     # tensor [m,p,qq,rr] = src0 [n,m,q1,r1] x src1 [n,p,qq,rr]
     if n0:
         if grad.ne[2] != src1.ne[2] or grad.ne[3] != src1.ne[3]:
-            raise GraphError(f"backward of MUL_MAT {_label(tensor)}: gradient batch dims do not match src1")
+            raise GraphError(f"backward of MUL_MAT {label(tensor)}: gradient batch dims do not match src1")
         tmp = ops.out_prod(ctx, src1, grad)  # [n,m,qq,rr]
         if not _same_shape(tmp, src0):
             if tmp.ne[0] != src0.ne[0] or tmp.ne[1] != src0.ne[1] or tmp.ne[3] != 1:
-                raise GraphError(f"backward of MUL_MAT {_label(tensor)}: broadcast gradient shape {list(tmp.ne)}")
+                raise GraphError(f"backward of MUL_MAT {label(tensor)}: broadcast gradient shape {list(tmp.ne)}")
             nr2 = tmp.ne[2] // src0.ne[2]
             nb2 = tmp.nb[2] * nr2
             nb3 = tmp.nb[2]
@@ -351,12 +385,12 @@ def _backward_mul_mat(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, 
 
 def _backward_set(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor,
                   n0: bool, n1: bool) -> None:
-    nb1, nb2, nb3, offset = (int(_param(tensor, k)) for k in range(4))
-    view = None
-    if n0 or n1:
-        if src0.type is not tensor.type:
-            raise GraphError(f"backward of SET {_label(tensor)}: source type {src0.type.label} != {tensor.type.label}")
-        view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
+    nb1, nb2, nb3, offset = (_int_param(tensor, k) for k in range(4))
+    if not (n0 or n1):
+        return
+    if src0.type is not tensor.type:
+        raise GraphError(f"backward of SET {label(tensor)}: source type {src0.type.label} != {tensor.type.label}")
+    view = ops.view_4d(ctx, grad, *src1.ne, nb1, nb2, nb3, offset)
     if n0:
         tmp = ops.neg(ctx, view)
         _add_or_set(ctx, graph, src0, ops.acc(ctx, grad, tmp, nb1, nb2, nb3, offset))
@@ -365,28 +399,16 @@ def _backward_set(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0
 
 
 def _backward_view(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor) -> None:
-    offset = int(_param(tensor, 0))
+    offset = _int_param(tensor, 0)
     nb1, nb2, nb3 = tensor.nb[1], tensor.nb[2], tensor.nb[3]
     cur = graph.grads.get(src0.id)
     if cur is not None and src0.type is not cur.type:
         # the gradient is usually f32 while src0 may be another type: rescale the strides
         ng, n0 = cur.type.type_size, src0.type.type_size
         if offset % n0 or nb1 % n0 or nb2 % n0 or nb3 % n0:
-            raise GraphError(f"backward of VIEW {_label(tensor)}: strides are not multiples of the element size")
+            raise GraphError(f"backward of VIEW {label(tensor)}: strides are not multiples of the element size")
         offset, nb1, nb2, nb3 = (offset // n0) * ng, (nb1 // n0) * ng, (nb2 // n0) * ng, (nb3 // n0) * ng
     _acc_or_set(ctx, graph, src0, grad, nb1, nb2, nb3, offset)
-
-
-def _rope_back(ctx: Context, tensor: Tensor, grad: Tensor, src1: Tensor, src2: Tensor | None) -> Tensor:
-    p = tensor.op_params
-    n_dims, mode, n_ctx_orig = int(p[1]), int(p[2]), int(p[4])
-    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (float(x) for x in p[5:11])
-    if grad.ne[2] == src1.ne[0]:
-        return ops.rope_ext_back(ctx, grad, src1, src2, n_dims, mode, n_ctx_orig, freq_base, freq_scale,
-                                 ext_factor, attn_factor, beta_fast, beta_slow)
-    sections = [int(x) for x in p[11:15]]
-    return ops.rope_multi_back(ctx, grad, src1, src2, n_dims, sections, mode, n_ctx_orig, freq_base, freq_scale,
-                               ext_factor, attn_factor, beta_fast, beta_slow)
 
 
 def _backward_unary(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, n0: bool) -> None:
@@ -409,7 +431,7 @@ def _backward_unary(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, sr
         if n0:
             _add_or_set(ctx, graph, src0, ops.mul(ctx, tensor, grad))
     else:
-        raise GraphError(f"unsupported unary op for the backward pass: {uop.name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported unary op for the backward pass: {uop.name} (tensor {label(tensor)})")
 
 
 def _backward_glu(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0: Tensor, src1: Tensor | None,
@@ -417,13 +439,13 @@ def _backward_glu(ctx: Context, graph: Graph, tensor: Tensor, grad: Tensor, src0
     glu = _param(tensor, 0)
     name = str(getattr(glu, "name", glu)).upper()
     if name != "SWIGLU":
-        raise GraphError(f"unsupported glu op for the backward pass: {name} (tensor {_label(tensor)})")
+        raise GraphError(f"unsupported glu op for the backward pass: {name} (tensor {label(tensor)})")
     if n0:
         if src1 is None:
-            raise GraphError(f"backward of GLU {_label(tensor)}: only implemented for split swiglu (as in ggml)")
+            raise GraphError(f"backward of GLU {label(tensor)}: only implemented for split swiglu (as in ggml)")
         _add_or_set(ctx, graph, src0, ops.silu_back(ctx, ops.mul(ctx, grad, src1), src0))
-    if n1:
-        _add_or_set(ctx, graph, src1, ops.mul(ctx, ops.silu(ctx, src0), grad))  # type: ignore[arg-type]
+    if n1 and src1 is not None:  # n1 says src1 is there
+        _add_or_set(ctx, graph, src1, ops.mul(ctx, ops.silu(ctx, src0), grad))
 
 
 # -- ggml_build_backward_expand ------------------------------------------------------
@@ -478,14 +500,14 @@ def build_backward_expand(ctx: Context, graph: Graph, grad_accs: Sequence[Tensor
             if s is None or ignore[j] or s.id not in grads_needed:
                 continue
             if s.type not in (DType.F32, DType.F16):
-                raise GraphError(f"build_backward_expand: {_label(s)} needs a gradient but is {s.type.label}")
+                raise GraphError(f"build_backward_expand: {label(s)} needs a gradient but is {s.type.label}")
             node_needs_grad = True
             break
         if not node_needs_grad:
             continue
-        if node.view_src is not None and node.op not in _VIEWING_OPS:
+        if node.view_src is not None and node.op not in _VIEW_RESULT_OPS:
             raise GraphError(
-                f"build_backward_expand: in-place op {node.op.name} ({_label(node)}) in the forward pass; "
+                f"build_backward_expand: in-place op {node.op.name} ({label(node)}) in the forward pass; "
                 "use the out-of-place op for tensors that need gradients"
             )
         acc = grad_accs[i] if grad_accs is not None and i < len(grad_accs) else None
@@ -520,7 +542,7 @@ def graph_reset(graph: Graph) -> None:
             continue
         if node.flags & Flag.LOSS:
             if grad_acc.type is not DType.F32 or grad_acc.nelements != 1:
-                raise GraphError(f"graph_reset: loss accumulator {_label(grad_acc)} must be a scalar f32")
+                raise GraphError(f"graph_reset: loss accumulator {label(grad_acc)} must be a scalar f32")
             memory.tensor_set(grad_acc, [1.0])
         else:
             _set_zero(grad_acc)

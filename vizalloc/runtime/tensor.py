@@ -23,6 +23,7 @@ from vizalloc.errors import ContextError, GraphError
 from vizalloc.runtime.dtype import DType
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
+from vizalloc.trace.events import ggml_nbytes
 
 if TYPE_CHECKING:
     from vizalloc.runtime.buffer import Buffer, Storage
@@ -205,32 +206,17 @@ def contiguous_strides(dtype: DType, ne: tuple[int, int, int, int]) -> tuple[int
     return (nb0, nb1, nb2, nb3)
 
 
-def nbytes_of(dtype: DType, ne: tuple[int, ...], nb: tuple[int, ...]) -> int:
-    """``ggml_nbytes``: the span of bytes the strides touch (0 for an empty tensor)."""
-    for n in ne:
-        if n <= 0:
-            return 0
-    if dtype.blck_size == 1:
-        n = dtype.type_size
-        for i in range(MAX_DIMS):
-            n += (ne[i] - 1) * nb[i]
-        return n
-    n = ne[0] * nb[0] // dtype.blck_size
-    for i in range(1, MAX_DIMS):
-        n += (ne[i] - 1) * nb[i]
-    return n
-
-
 class Tensor:
     """One ggml tensor: metadata plus a (possibly absent) data pointer.
 
-    Fields keep ggml's names. ``src`` is a list of up to ten operands in slot order;
+    Fields keep ggml's names; ``type``, ``ne`` and ``nb`` never change after creation.
+    ``src`` is a list of up to ten operands in slot order;
     empty slots are ``None`` and may sit between used ones. ``view_src`` is always a
     root (never another view), ``view_offs`` the byte offset inside it.
     """
 
     __slots__ = (
-        "id", "ctx", "name", "type", "ne", "nb", "op", "op_params", "src", "flags",
+        "id", "ctx", "name", "type", "ne", "nb", "nbytes", "op", "op_params", "src", "flags",
         "view_src", "view_offs", "data", "buffer", "extra", "storage", "__weakref__",
     )
 
@@ -249,6 +235,9 @@ class Tensor:
         self.type = dtype
         self.ne = ne
         self.nb = nb
+        #: ``ggml_nbytes``: the byte span the strides touch. Type, shape and strides are
+        #: fixed at creation (as in ggml, where no call changes them), so it is computed once.
+        self.nbytes: int = ggml_nbytes(dtype.type_size, dtype.blck_size, ne, nb)
         self.op = Op.NONE
         self.op_params: tuple[Any, ...] = ()
         self.src: list[Tensor | None] = []
@@ -271,11 +260,6 @@ class Tensor:
     def is_view(self) -> bool:
         """``ggml_impl_is_view``: a tensor is a view iff it has a view root."""
         return self.view_src is not None
-
-    @property
-    def nbytes(self) -> int:
-        """``ggml_nbytes``: the byte span the strides touch."""
-        return nbytes_of(self.type, self.ne, self.nb)
 
     @property
     def nelements(self) -> int:
@@ -331,6 +315,11 @@ class Tensor:
         shape = "x".join(str(n) for n in self.ne)
         where = f" @{self.offset}" if self.data is not None else ""
         return f"<Tensor {self.name or '#' + str(self.id)} {self.op.name} {self.type.label}[{shape}]{where}>"
+
+
+def label(t: Tensor) -> str:
+    """How messages name a tensor: its name quoted, or ``#id`` when it has none."""
+    return repr(t.name) if t.name else f"#{t.id}"
 
 
 def set_input(t: Tensor) -> None:

@@ -48,6 +48,7 @@ import numpy as np
 
 from vizalloc.errors import AllocationError, UsageError
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import TensorAllocator, alloc_ctx_tensors
 from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, graph_reset
 from vizalloc.runtime.buffer import Buffer, BufferType, pad
 from vizalloc.runtime.context import Context
@@ -216,7 +217,7 @@ class Net:
             set_param(p)
         self.loss_grad_acc = cs.new_tensor_1d(F32, 1, "loss_grad_acc")
         self.sgd_params = cs.new_tensor_1d(F32, 2, "sgd_params")
-        self.buf_static = memory.alloc_ctx_tensors(cs, buft)
+        self.buf_static = alloc_ctx_tensors(cs, buft)
         self.set_params(params)
         memory.tensor_set(self.sgd_params, np.array([cfg.lr, 0.0], dtype=np.float32))
 
@@ -301,7 +302,7 @@ def _alloc_shared_static(net: Net, buft: BufferType) -> tuple[Buffer | None, int
     if nbytes == 0:
         return None, 0
     buf = buft.alloc_buffer(nbytes, cause="static buffer for tensors shared by gf and gb")
-    talloc = memory.TensorAllocator(buf)
+    talloc = TensorAllocator(buf)
     for t in tensors:
         talloc.alloc(t)
     return buf, nbytes

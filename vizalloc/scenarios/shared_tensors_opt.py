@@ -28,13 +28,14 @@ What ``fix="none"`` does here depends on the buffer (measured, configs A and B):
 from __future__ import annotations
 
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.opt import (
     LossType, OptContext, OptimizerParams, OptimizerType, SGDParams, constant_optimizer_params, default_params,
 )
-from vizalloc.runtime.tensor import set_param
+from vizalloc.runtime.tensor import Tensor, set_param
 from vizalloc.scenarios.shared_tensors import Batch, Config, Params, new_scheduler, scalar
 
 PARAM_NAMES = ("W1", "b1", "W2", "b2")
@@ -58,9 +59,9 @@ class OptTrainer:
         self.W2 = cu.new_tensor_2d(F32, cfg.n_hidden, cfg.n_out, "W2")
         self.b2 = cu.new_tensor_1d(F32, cfg.n_out, "b2")
         self.params = [self.W1, self.b1, self.W2, self.b2]
-        for p in self.params:
-            set_param(p)
-        self.buf_user = memory.alloc_ctx_tensors(cu, buft)
+        for w in self.params:
+            set_param(w)
+        self.buf_user = alloc_ctx_tensors(cu, buft)
         for name, t in zip(PARAM_NAMES, self.params):
             memory.tensor_set(t, init[name])
 
@@ -85,7 +86,7 @@ class OptTrainer:
             assert self.opt.gb_opt is not None
             self.sched.reserve(self.opt.gb_opt)  # size the compute buffer for the largest graph first
 
-    def _forward(self, ctx: Context, x) -> object:  # type: ignore[no-untyped-def]
+    def _forward(self, ctx: Context, x: Tensor) -> Tensor:
         h = ops.relu(ctx, ops.add(ctx, ops.mul_mat(ctx, self.W1, x).set_name("h_mm"), self.b1).set_name("h_pre"))
         h.set_name("h")
         o = ops.mul_mat(ctx, self.W2, h).set_name("o_mm")

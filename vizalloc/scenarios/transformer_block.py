@@ -29,6 +29,7 @@ import numpy as np
 
 from vizalloc.errors import AllocationError, UsageError
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.buffer import Usage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
@@ -172,7 +173,7 @@ def _run_on(backends: list[Any], weights: dict[str, np.ndarray], x_val: np.ndarr
 
     wctx = Context(name="weights")
     wt = _weight_tensors(wctx, cfg)
-    wbuf = memory.alloc_ctx_tensors(wctx, backends[0].buffer_type, Usage.WEIGHTS)
+    wbuf = alloc_ctx_tensors(wctx, backends[0].buffer_type, Usage.WEIGHTS)
     for k, t in wt.items():
         memory.tensor_set(t, weights[k])
     ctx = Context(name="layer")

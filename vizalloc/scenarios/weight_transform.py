@@ -34,6 +34,7 @@ import numpy as np
 
 from vizalloc.errors import AllocationError, ShapeError
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F16, F32
@@ -116,7 +117,7 @@ def run_graph_transform(shapes: Sequence[tuple[str, int, int]] = DEFAULT_SHAPES,
     values = make_weights(shapes, seed)
     ctx_orig = Context(name="originals")
     orig = {name: ctx_orig.new_tensor_2d(F32, ne0, ne1, name) for name, ne0, ne1 in shapes}
-    buf_orig = memory.alloc_ctx_tensors(ctx_orig, cpu.buffer_type, Usage.WEIGHTS)
+    buf_orig = alloc_ctx_tensors(ctx_orig, cpu.buffer_type, Usage.WEIGHTS)
     assert isinstance(buf_orig, Buffer)
     for name, t in orig.items():
         memory.tensor_set(t, values[name])
@@ -155,7 +156,7 @@ def run_converting_buffer(shapes: Sequence[tuple[str, int, int]] = DEFAULT_SHAPE
     buft = ConvertingBufferType(CPUBackend().buffer_type)
     ctx = Context(name="weights")
     ws = {name: ctx.new_tensor_2d(F16, ne0, ne1, name) for name, ne0, ne1 in shapes}
-    buf = memory.alloc_ctx_tensors(ctx, buft, Usage.WEIGHTS)
+    buf = alloc_ctx_tensors(ctx, buft, Usage.WEIGHTS)
     assert isinstance(buf, Buffer)
     timeline = [_point("converting buffer allocated (F16)", [("weights", buf)])]
     for name, t in ws.items():

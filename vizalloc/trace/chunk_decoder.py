@@ -23,9 +23,9 @@ import numpy as np
 
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunks import (
-    _BIG_ENDIAN, _HEAD, _IN_ORDER, _PLANES, _PLANS, _S_BOOL, _S_BYTES, _S_ENUM, _S_FLOAT, _S_INT, _S_STR,
-    _S_TUPLE_INT, _TAG_BOOL, _TAG_FLOAT, _TAG_INT, _TAG_NONE, _TAG_STR, _bits_float, _is_simple, _join_planes,
-    _Plan, _unpack_planes,
+    BIG_ENDIAN, HEAD, IN_ORDER, PLANES, ROW_PLANS, S_BOOL, S_BYTES, S_ENUM, S_FLOAT, S_INT, S_STR,
+    S_TUPLE_INT, TAG_BOOL, TAG_FLOAT, TAG_INT, TAG_NONE, TAG_STR, bits_float, is_simple, join_planes,
+    RowPlan, unpack_planes,
 )
 from vizalloc.trace.schema import ENUMS, SCHEMA, KindSchema
 
@@ -100,7 +100,7 @@ class ChunkDecoder:
     """
 
     def __init__(self, kinds: Sequence[KindSchema | None], names: Sequence[str], compressed: bool) -> None:
-        self._plans = [None if s is None else _PLANS[s.cls] for s in kinds]
+        self._plans = [None if s is None else ROW_PLANS[s.cls] for s in kinds]
         self._names = list(names)
         self._widths = np.array([0 if p is None else p.width for p in self._plans] + [0] * (256 - len(kinds)),
                                 dtype=np.int64)
@@ -147,25 +147,25 @@ class ChunkDecoder:
         if self._zlib is not None and not stored:
             meta = self._inflate(meta, n_events, limit)
         else:
-            if len(meta) < _HEAD.size:
-                raise ValueError(f"chunk metadata of {len(meta)} bytes ends inside its {_HEAD.size}-byte head")
-            self._check_declared(_HEAD.unpack_from(meta, 0), n_events, limit)
+            if len(meta) < HEAD.size:
+                raise ValueError(f"chunk metadata of {len(meta)} bytes ends inside its {HEAD.size}-byte head")
+            self._check_declared(HEAD.unpack_from(meta, 0), n_events, limit)
         view = memoryview(meta)
-        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = _HEAD.unpack_from(view, 0)
+        n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = HEAD.unpack_from(view, 0)
         if n_ev != n_events:
             raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
-        pos = _HEAD.size
+        pos = HEAD.size
         kinds = bytes(view[pos:pos + n_ev])
         pos += n_ev
         lens = _array("I")
         lens.frombytes(view[pos:pos + 4 * n_strings])
-        if _BIG_ENDIAN:  # pragma: no cover
+        if BIG_ENDIAN:  # pragma: no cover
             lens.byteswap()
         pos += 4 * n_strings
         text = bytes(view[pos:pos + n_text])
         pos += n_text
         n_ints = 3 * n_locs + n_rows + n_items
-        present = _PLANES[planes]
+        present = PLANES[planes]
         if len(view) - pos != n_ints * len(present):
             raise ValueError(f"integer section has {len(view) - pos} bytes for {n_ints} values in "
                              f"{len(present)} byte planes")
@@ -184,10 +184,10 @@ class ChunkDecoder:
             start += n
         if n_locs:
             strings = self._strings
-            vals = _join_planes([_unpack_planes(ints[:, : 3 * n_locs].tobytes(), 3 * n_locs, planes)]).tolist()
+            vals = join_planes([unpack_planes(ints[:, : 3 * n_locs].tobytes(), 3 * n_locs, planes)]).tolist()
             for i in range(0, len(vals), 3):
                 self._locs.append(ev.Location(strings[vals[i]], vals[i + 1], strings[vals[i + 2]]))
-        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & _IN_ORDER))
+        return ChunkParts(offset, kinds, ints, planes, 3 * n_locs, n_rows, n_items, blob, bool(flags & IN_ORDER))
 
     def _check_declared(self, head: tuple[int, ...], n_events: int, limit: int) -> int:
         """The metadata size a chunk head declares, checked against the frame's event count
@@ -198,7 +198,7 @@ class ChunkDecoder:
         if n_locs > n_ev:
             raise ValueError(f"chunk declares {n_locs} new locations for {n_ev} events")
         n_ints = 3 * n_locs + n_rows + n_items
-        size = _HEAD.size + n_ev + 4 * n_strings + n_text + n_ints * len(_PLANES[planes])
+        size = HEAD.size + n_ev + 4 * n_strings + n_text + n_ints * len(PLANES[planes])
         if size > MAX_CHUNK_META_BYTES:
             raise ChunkTooLarge(f"chunk declares {size:,} bytes of metadata, over the {MAX_CHUNK_META_BYTES:,} a "
                                 f"chunk may hold")
@@ -214,13 +214,13 @@ class ChunkDecoder:
         the size it declares (never more: a chunk that would inflate further is refused)."""
         d = self._zlib
         assert d is not None
-        head = d.decompress(data, _HEAD.size)
-        if len(head) < _HEAD.size:
-            raise ValueError(f"chunk metadata inflates to {len(head)} bytes, less than its {_HEAD.size}-byte head")
-        size = self._check_declared(_HEAD.unpack(head), n_events, limit)
-        rest = d.decompress(d.unconsumed_tail, size - _HEAD.size) if size > _HEAD.size else b""
-        if len(rest) < size - _HEAD.size:
-            raise ValueError(f"chunk metadata inflates to {_HEAD.size + len(rest):,} bytes, its head declares "
+        head = d.decompress(data, HEAD.size)
+        if len(head) < HEAD.size:
+            raise ValueError(f"chunk metadata inflates to {len(head)} bytes, less than its {HEAD.size}-byte head")
+        size = self._check_declared(HEAD.unpack(head), n_events, limit)
+        rest = d.decompress(d.unconsumed_tail, size - HEAD.size) if size > HEAD.size else b""
+        if len(rest) < size - HEAD.size:
+            raise ValueError(f"chunk metadata inflates to {HEAD.size + len(rest):,} bytes, its head declares "
                              f"{size:,}")
         # the frame's bytes must end exactly there: what is left may flush the stream, not add to it
         tail = d.unconsumed_tail
@@ -302,9 +302,8 @@ class ChunkDecoder:
         ``slice_events``: build each kind's events at most this many at a time, with a
         ``time.sleep(0)`` (which releases the GIL) after each slice. Without it (the fastest
         way, for ``load``) a kind's events are converted and constructed in single calls that
-        run in C for milliseconds each on a 65,536-event batch (~5 ms, up to ~30 ms on a busy
-        machine) without letting go of the GIL, which starves a UI thread while a worker
-        reads the file. The events are the same either way.
+        run in C for milliseconds each on a 65,536-event batch without letting go of the GIL,
+        which starves a UI thread while a worker reads the file. The events are the same either way.
 
         Raises ValueError (or IndexError) when the chunks do not fit their schema.
         """
@@ -340,7 +339,7 @@ class ChunkDecoder:
                 _sleep(0)
         return result
 
-    def _check_rows(self, k: int, plan: _Plan, rows: np.ndarray, n_items: int, n_blob: int) -> None:
+    def _check_rows(self, k: int, plan: RowPlan, rows: np.ndarray, n_items: int, n_blob: int) -> None:
         """Every id in range, every count and size not negative (nor past what the batch
         holds): a damaged trace is refused naming the event, not indexed from the end."""
         checks = self._checks[k]
@@ -363,7 +362,7 @@ class ChunkDecoder:
                 name = "loc" if c == 2 else plan.schema.fields[c - 3]
                 raise ValueError(f"event {plan.schema.name} seq {seq}: {name} is {int(rows[r, c])}, not {what}")
 
-    def _columns(self, k: int, plan: _Plan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
+    def _columns(self, k: int, plan: RowPlan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
                  items: list[int] | None, blob: bytes) -> list[list[Any]]:
         seq0, t0 = self._carry.get(k, (0, 0))
         seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
@@ -374,24 +373,24 @@ class ChunkDecoder:
         blob_pos = blob_at.copy()
         for j, (codec, slot) in enumerate(zip(plan.schema.codecs, plan.slots)):
             col = rows[:, 3 + j]
-            if slot == _S_INT:
+            if slot == S_INT:
                 cols.append(col.tolist())
-            elif slot == _S_STR:
+            elif slot == S_STR:
                 cols.append(self._string_array[col].tolist())
-            elif slot == _S_ENUM:
+            elif slot == S_ENUM:
                 cols.append(self._enum_list(codec[5:], col.tolist()))
-            elif slot == _S_BOOL:
+            elif slot == S_BOOL:
                 cols.append((col != 0).tolist())
-            elif slot == _S_FLOAT:
-                cols.append([_bits_float(i) for i in col.tolist()])
-            elif slot == _S_BYTES:
+            elif slot == S_FLOAT:
+                cols.append([bits_float(i) for i in col.tolist()])
+            elif slot == S_BYTES:
                 starts, ends = blob_pos.tolist(), (blob_pos + col).tolist()
                 cols.append([blob[a:b] for a, b in zip(starts, ends)])
                 blob_pos += col
             else:
                 assert items is not None
                 starts, ends = item_pos.tolist(), (item_pos + col).tolist()
-                if slot == _S_TUPLE_INT:
+                if slot == S_TUPLE_INT:
                     cols.append(list(map(tuple, map(items.__getitem__, map(slice, starts, ends)))))
                 elif codec != "scalar":
                     # most op_params are empty: () without the general decoder (a tuple
@@ -428,27 +427,27 @@ class ChunkDecoder:
         """A variable-size value from its item ints (see ``ChunkEncoder._flat``)."""
         if codec == "scalar":
             tag = items[0]
-            if tag == _TAG_NONE and len(items) == 1:
+            if tag == TAG_NONE and len(items) == 1:
                 return None
             if len(items) != 2:
                 raise ValueError(f"scalar item of {len(items)} ints")
-            if tag == _TAG_INT:
+            if tag == TAG_INT:
                 return items[1]
-            if tag == _TAG_FLOAT:
-                return _bits_float(items[1])
-            if tag == _TAG_STR:
+            if tag == TAG_FLOAT:
+                return bits_float(items[1])
+            if tag == TAG_STR:
                 return self._string(items[1])
-            if tag == _TAG_BOOL:
+            if tag == TAG_BOOL:
                 return bool(items[1])
             raise ValueError(f"unknown scalar tag {tag}")
         inner = codec[6:-1]
-        if _is_simple(inner):
+        if is_simple(inner):
             if inner == "int":
                 return tuple(items)
             if inner == "bool":
                 return tuple(i != 0 for i in items)
             if inner == "float":
-                return tuple(map(_bits_float, items))
+                return tuple(map(bits_float, items))
             if inner == "str":
                 return tuple(map(self._string, items))
             for i in items:
@@ -465,8 +464,8 @@ class ChunkDecoder:
         return tuple(out)
 
 
-def _row_checks(plan: _Plan) -> tuple[list[int], list[int], list[int]]:
-    ids = [3 + j for j, slot in enumerate(plan.slots) if slot in (_S_STR, _S_ENUM)]
+def _row_checks(plan: RowPlan) -> tuple[list[int], list[int], list[int]]:
+    ids = [3 + j for j, slot in enumerate(plan.slots) if slot in (S_STR, S_ENUM)]
     counts = list(plan.var) + list(plan.blobs)
     nonneg = [3 + plan.schema.fields.index(f) for f in NON_NEGATIVE.get(plan.schema.cls, ())]
     return ids, counts, nonneg
@@ -476,7 +475,8 @@ def _tolist(values: np.ndarray, slice_events: int | None) -> list[int]:
     """``values.tolist()``; with ``slice_events``, in pieces (8 ints per event) with a GIL
     release after each."""
     if slice_events is None:
-        return values.tolist()
+        whole: list[int] = values.tolist()
+        return whole
     step = 8 * slice_events
     out: list[int] = []
     for a in range(0, len(values), step):
@@ -493,7 +493,7 @@ def _gather_planes(parts: Sequence[ChunkParts]) -> tuple[np.ndarray, np.ndarray]
     items = np.zeros((8, n_items), dtype=np.uint8)
     r = i = 0
     for p in parts:
-        present = _PLANES[p.mask]
+        present = PLANES[p.mask]
         k = len(present)
         # the usual case: the low k planes, assigned by slice instead of by index list
         target = slice(0, k) if present[-1:] == [k - 1] else present
@@ -504,7 +504,7 @@ def _gather_planes(parts: Sequence[ChunkParts]) -> tuple[np.ndarray, np.ndarray]
             items[target, i:i + p.n_items] = p.planes[:, b:]
         r += p.n_rows
         i += p.n_items
-    return _join_planes([rows]), _join_planes([items])
+    return join_planes([rows]), join_planes([items])
 
 
 def _check_per_chunk(per_event: np.ndarray, chunk_starts: np.ndarray, actual: list[int], what: str,

@@ -1,8 +1,10 @@
 """Encoding runs of events as chunks (the layout is in ``chunks.py``).
 
-Two paths: a chunk of up to ``ORDERED_MAX_EVENTS`` rows (the usual flush at the end of a
-small graph compute) is encoded event by event in recording order with generated
-per-kind row encoders; bigger chunks are grouped by kind and encoded column-wise.
+Two paths, both generated per kind from one conversion table (``_CONVERSIONS``): a chunk
+of up to ``ORDERED_MAX_EVENTS`` rows (the usual flush at the end of a small graph compute)
+is encoded event by event in recording order, which costs less than grouping it; bigger
+chunks, and anything the in-order path finds it cannot store, are grouped by kind and
+encoded column-wise, which also names the field that holds a bad value.
 
     >>> from vizalloc.trace import events as ev
     >>> from vizalloc.trace.chunk_encoder import ChunkEncoder
@@ -27,32 +29,65 @@ from typing import Any
 
 import numpy as np
 
+from vizalloc.trace import chunks
 from vizalloc.trace import events as ev
-from vizalloc.trace.chunks import (
-    _BIG_ENDIAN, _HEAD, _I64_MIN, _I64_SPAN, _IN_ORDER, _INT64, _PLANS, _S_BOOL, _S_ENUM, _S_FLOAT, _S_INT,
-    _S_STR, _S_TUPLE_INT, _S_VAR, _TAG_BOOL, _TAG_FLOAT, _TAG_INT, _TAG_NONE, _TAG_STR, ORDERED_MAX_EVENTS,
-    EncodeError, _as_bool, _float_bits, _is_simple, _Location, _pack_planes, _Plan,
-)
+from vizalloc.trace.chunks import EncodeError, RowPlan
 from vizalloc.trace.schema import ENUMS, SCHEMA
+
 
 def _deltas(col: list[int], prev: int) -> list[int]:
     """Differences from the previous value, wrapped into int64 like the reader's cumsum wraps
     (the values themselves must fit int64)."""
     out = [x - p for p, x in zip(chain((prev,), col), col)]
-    if min(out) < _I64_MIN or max(out) >= -_I64_MIN:
-        _array(_INT64, col)  # OverflowError when a value itself is outside int64
-        out = [(d - _I64_MIN) % _I64_SPAN + _I64_MIN for d in out]
+    if min(out) < chunks.I64_MIN or max(out) >= -chunks.I64_MIN:
+        _array(chunks.INT64, col)  # OverflowError when a value itself is outside int64
+        out = [(d - chunks.I64_MIN) % chunks.I64_SPAN + chunks.I64_MIN for d in out]
     return out
 
 
-_ROW_ENCODER_CODE: dict[type[ev.Event], Any] = {}
+def _int64_array(values: list[int]) -> _array[int]:
+    try:
+        return _array(chunks.INT64, values)
+    except (TypeError, OverflowError) as exc:
+        raise EncodeError(f"not an integer or outside the signed 64-bit range ({exc})") from None
+
+
+def _not_bytes(v: Any) -> int:
+    raise EncodeError(f"expected bytes, got {type(v).__name__}")
+
+
+_KIND_CODE: dict[type[ev.Event], Any] = {}
 _INDEX: dict[type[ev.Event], int] = {cls: s.index for cls, s in SCHEMA.items()}
 _NUMPY_DELTAS_FROM = 256
 _perf_counter_ns = time.perf_counter_ns
 
+#: How a field's value becomes row ints, by slot kind (``int`` fields are stored as they
+#: are): ``(convert, row_int, extra)``. ``convert`` turns the value ``{v}`` into ``{x}``
+#: (``None``: ``{x}`` is ``{v}``); ``row_int`` is the int stored in the event's row; ``extra``
+#: says where ``{x}`` goes as well: ``"items"`` (its ints, after the row ints) or ``"blob"``
+#: (its bytes). ``{j}`` is the field's row column (per-field helpers). Both encoders are
+#: generated from this one table: the in-order one applies it field after field to each
+#: event, the grouped one to each column of a kind's events.
+_CONVERSIONS: dict[int, tuple[str | None, str, str | None]] = {
+    chunks.S_STR: (None, "(s if type({x}) is str and (s := sids_get({x})) is not None else sid_slow({x}))", None),
+    chunks.S_ENUM: (None, "(s if type({x}) is enum_{j} and (s := sids_get({x}._value_)) is not None else sid_slow({x}))",
+             None),
+    chunks.S_BOOL: (None, "as_bool({x})", None),
+    chunks.S_FLOAT: (None, "float_bits({x})", None),
+    chunks.S_TUPLE_INT: (None, "len({x})", "items"),
+    chunks.S_VAR: ("flat_{j}({v})", "len({x})", "items"),
+    chunks.S_BYTES: (None, "(len({x}) if isinstance({x}, (bytes, bytearray)) else not_bytes({x}))", "blob"),
+}
 
-def _row_encoder_code(plan: _Plan) -> Any:
-    """The compiled source of a kind's ``enc(row, rows, items, blob)`` (see ``ChunkEncoder._row_encoder``)."""
+
+def _kind_code(plan: RowPlan) -> Any:
+    """The compiled source of a kind's encoders, generated from ``_CONVERSIONS``:
+
+    * ``enc(row, rows, items, blob)`` appends one event's row (the in-order path:
+      straight-line code, the kind's conversions inlined);
+    * ``conv_<j>(flat, w, var_cols, blob_cols)`` converts row column ``j`` of a kind's
+      events in place (the grouped path), keeping what goes to the items or the blob.
+    """
     w = plan.width
     f = [f"f{i}" for i in range(w)]
     body = [
@@ -65,35 +100,35 @@ def _row_encoder_code(plan: _Plan) -> Any:
     ]
     exprs = ["f0 - c[0]", "f1 - c[1]", "l"]
     tail = []
-    for j, slot, codec in zip(range(3, w), plan.slots, plan.schema.codecs):
-        v = f[j]
-        if slot == _S_INT:
-            exprs.append(v)
-        elif slot == _S_STR or slot == _S_ENUM:
-            fast = f"sids_get({v})" if slot == _S_STR else f"sids_get({v}._value_)"
-            check = "str" if slot == _S_STR else f"enum_{j}"
-            body += [f"    s{j} = {fast} if type({v}) is {check} else None",
-                     f"    if s{j} is None:", f"        s{j} = sid_slow({v})"]
-            exprs.append(f"s{j}")
-        elif slot == _S_BOOL:
-            exprs.append(f"as_bool({v})")
-        elif slot == _S_FLOAT:
-            exprs.append(f"float_bits({v})")
-        elif slot == _S_TUPLE_INT:
-            exprs.append(f"len({v})")
-            tail.append(f"    items += {v}")
-        elif slot == _S_VAR:
-            body.append(f"    v{j} = flat_{j}({v})")
-            exprs.append(f"len(v{j})")
-            tail.append(f"    items += v{j}")
-        else:  # _S_BYTES
-            body.append(f"    if type({v}) is not bytes and type({v}) is not bytearray: raise EncodeError('expected bytes')")
-            exprs.append(f"len({v})")
-            tail.append(f"    blob.append({v})")
+    columns = []
+    for j, slot in zip(range(3, w), plan.slots):
+        if slot == chunks.S_INT:
+            exprs.append(f[j])
+            continue
+        convert, row_int, extra = _CONVERSIONS[slot]
+        # one event's field, converted in field order (so strings are numbered in that order)
+        x = f[j]
+        if convert:
+            x = f"x{j}"
+            body.append(f"    {x} = {convert.format(v=f[j], j=j)}")
+        body.append(f"    r{j} = {row_int.format(x=x, j=j)}")
+        exprs.append(f"r{j}")
+        if extra == "items":
+            tail.append(f"    items += {x}")
+        elif extra == "blob":
+            tail.append(f"    blob.append({x})")
+        # a column of a kind's events
+        column = [f"def conv_{j}(flat, w, var_cols, blob_cols):", f"    col = flat[{j}::w]"]
+        if convert:
+            column.append(f"    col = [{convert.format(v='v', j=j)} for v in col]")
+        column.append(f"    flat[{j}::w] = [{row_int.format(x='x', j=j)} for x in col]")
+        if extra:
+            column.append(f"    {'var_cols' if extra == 'items' else 'blob_cols'}.append(col)")
+        columns.append("\n".join(column))
     body.append(f"    rows += ({', '.join(exprs)},)")
     body += tail
-    src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n"
-    return compile(src, f"<vizalloc row encoder {plan.schema.name}>", "exec")
+    src = "def enc(row, rows, items, blob):\n" + "\n".join(body) + "\n\n" + "\n\n".join(columns) + "\n"
+    return compile(src, f"<vizalloc encoders of {plan.schema.name}>", "exec")
 
 
 class _LazyEncoders(dict):  # type: ignore[type-arg]
@@ -104,7 +139,7 @@ class _LazyEncoders(dict):  # type: ignore[type-arg]
         self._build = build
 
     def __missing__(self, cls: type[ev.Event]) -> Any:
-        if cls not in _PLANS:
+        if cls not in chunks.ROW_PLANS:
             raise EncodeError(_not_a_kind(cls))
         enc = self[cls] = self._build(cls)
         return enc
@@ -124,7 +159,7 @@ class ChunkEncoder:
     def __init__(self, compress_level: int | None = 1) -> None:
         self._sids: dict[str, int] = {}
         self._new_strings: list[str] = []
-        self._lids: dict[int, int] = {id(None): 0}     # id(Location) -> location id (0: None)
+        self._lids: dict[int, int] = {id(None): 0}     # id(ev.Location) -> location id (0: None)
         self._lid_by_value: dict[ev.Location, int] = {}
         self._locs: list[ev.Location] = []              # keeps interned objects (and their ids) alive
         self._new_locs: list[ev.Location] = []
@@ -134,31 +169,41 @@ class ChunkEncoder:
         self.stored = self._zlib is None
         self._zlib_ns_per_byte = 20.0  # first guess; measured from then on
         self._getters = {cls: attrgetter("seq", "t_ns", "loc", *s.fields) for cls, s in SCHEMA.items()}
-        # built on a kind's first event: a trace uses a few of the 35 kinds, and binding all
-        # of them cost ~0.5 ms per file (most of an empty trace's start-up)
-        self._row_encoders = _LazyEncoders(self._row_encoder)
+        # built on a kind's first event: a trace uses a few of the kinds, and binding all of
+        # them would be most of an empty trace's start-up
+        self._row_encoders = _LazyEncoders(self._bind)
+        #: kind -> [(field name, column converter)], bound with its row encoder
+        self._converters: dict[type[ev.Event], list[tuple[str, Any]]] = {}
         self._numpy_deltas: list[tuple[int, int, int, tuple[int, int]]] = []
 
-    def _row_encoder(self, cls: type[ev.Event]) -> Any:
-        """A generated ``enc(row, rows, items, blob)`` that appends one event's row, for the
-        in-order path: straight-line code with the kind's conversions inlined."""
-        plan = _PLANS[cls]
+    def _bind(self, cls: type[ev.Event]) -> Any:
+        """Bind a kind's generated encoders (``_kind_code``) to this encoder's tables: returns
+        the row encoder, and keeps the column converters in ``_converters``."""
+        plan = chunks.ROW_PLANS[cls]
         scope: dict[str, Any] = {
             "cls": plan.schema.cls, "zero": (0, 0), "carry": self._carry, "carry_get": self._carry.get,
             "lids_get": self._lids.get, "loc_slow": lambda loc: self._loc_list([loc])[0],
-            "sids_get": self._sids.get, "sid_slow": self._sid, "as_bool": _as_bool, "float_bits": _float_bits,
-            "flat": self._flat, "EncodeError": EncodeError,
+            "sids_get": self._sids.get, "sid_slow": self._sid, "as_bool": chunks.as_bool, "float_bits": chunks.float_bits,
+            "not_bytes": _not_bytes,
         }
         for j, slot, codec, _name in plan.convert:
-            if slot == _S_ENUM:
+            if slot == chunks.S_ENUM:
                 scope[f"enum_{j}"] = ENUMS[codec[5:]]
-            elif slot == _S_VAR:
+            elif slot == chunks.S_VAR:
                 scope[f"flat_{j}"] = self._flattener(codec)
-        code = _ROW_ENCODER_CODE.get(cls)
+        code = _KIND_CODE.get(cls)
         if code is None:  # compiled once per kind; each encoder binds its own tables
-            code = _ROW_ENCODER_CODE[cls] = _row_encoder_code(plan)
+            code = _KIND_CODE[cls] = _kind_code(plan)
         exec(code, scope)  # noqa: S102 - our own generated code
+        self._converters[cls] = [(name, scope[f"conv_{j}"]) for j, _slot, _codec, name in plan.convert]
         return scope["enc"]
+
+    def _converters_of(self, cls: type[ev.Event]) -> list[tuple[str, Any]]:
+        converters = self._converters.get(cls)
+        if converters is None:
+            self._row_encoders[cls]  # binds both
+            converters = self._converters[cls]
+        return converters
 
     @property
     def compressed(self) -> bool:
@@ -178,12 +223,12 @@ class ChunkEncoder:
         then tells whether this chunk was left uncompressed.
         """
         self.stored = self._zlib is None
-        if rows_only and len(items) <= ORDERED_MAX_EVENTS:
+        if rows_only and len(items) <= chunks.ORDERED_MAX_EVENTS:
             # (a class outside the schema has no row encoder: _LazyEncoders raises EncodeError)
             saved = dict(self._carry)
             try:
                 return self._encode(classes, items, in_order=True, rows_only=True, budget_ns=compress_budget_ns)
-            except (EncodeError, TypeError, ValueError, OverflowError, AttributeError):
+            except (ValueError, TypeError):  # a value the row encoders do not check (EncodeError is a ValueError)
                 self._carry.clear()  # (in place: the row encoders hold this dict)
                 self._carry.update(saved)  # the grouped path below wraps deltas and names the culprit
         for cls in set(classes):
@@ -201,8 +246,8 @@ class ChunkEncoder:
             encoders = self._row_encoders
             for cls, row in zip(classes, items):
                 encoders[cls](row, rows_ints, item_ints, blob)
-            rows_arr = _array(_INT64, rows_ints)
-            items_arr = _array(_INT64, item_ints)
+            rows_arr = _int64_array(rows_ints)
+            items_arr = _int64_array(item_ints)
             kinds = bytes(map(index.__getitem__, classes))  # (every class has an encoder: all are kinds)
         else:
             kinds = bytes(map(index.__getitem__, classes))
@@ -216,18 +261,17 @@ class ChunkEncoder:
                     getter = self._getters[cls]
                     group = [x if type(x) is tuple else getter(x) for x in group]
                 try:
-                    self._encode_kind(_PLANS[cls], group, rows_ints, item_ints, blob)
+                    self._encode_kind(chunks.ROW_PLANS[cls], group, rows_ints, item_ints, blob)
                 except EncodeError as exc:
                     raise EncodeError(f"{cls.__name__}.{exc}") from None
                 except (TypeError, AttributeError, ValueError) as exc:
                     raise EncodeError(f"{cls.__name__}: a field holds a value the trace file cannot store: {exc}"
                                       ) from exc
             try:
-                rows_arr = _array(_INT64, rows_ints)
-                items_arr = _array(_INT64, item_ints)
-            except (TypeError, OverflowError) as exc:
-                raise EncodeError(f"{self._culprit(groups)}: not an integer or outside the signed 64-bit "
-                                  f"range ({exc})") from exc
+                rows_arr = _int64_array(rows_ints)
+                items_arr = _int64_array(item_ints)
+            except EncodeError as exc:
+                raise EncodeError(f"{self._culprit(groups)}: {exc}") from None
             if self._numpy_deltas:
                 rows_np = np.frombuffer(rows_arr, dtype=np.int64)
                 for offset, w, n, carry in self._numpy_deltas:
@@ -235,17 +279,17 @@ class ChunkEncoder:
                     for j in (0, 1):  # int64 differences wrap, as the reader's cumsum does
                         block[:, j] = np.diff(block[:, j], prepend=np.int64(carry[j]))
         loc_ints, lens, text = self._pack_tables()  # only now: nothing can fail after this
-        arr = _array(_INT64, loc_ints)
+        arr = _array(chunks.INT64, loc_ints)
         arr.extend(rows_arr)
         arr.extend(items_arr)
-        if _BIG_ENDIAN:  # pragma: no cover
+        if chunks.BIG_ENDIAN:  # pragma: no cover
             arr.byteswap()
-        int_bytes, planes = _pack_planes(np.frombuffer(arr, dtype="<i8"))
+        int_bytes, planes = chunks.pack_planes(np.frombuffer(arr, dtype="<i8"))
         n_strings = len(lens)
         raw = b"".join((
-            _HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes,
-                       _IN_ORDER if in_order else 0),
-            kinds, _array("I", lens).tobytes() if not _BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
+            chunks.HEAD.pack(len(kinds), n_strings, len(loc_ints) // 3, len(rows_ints), len(item_ints), len(text), planes,
+                       chunks.IN_ORDER if in_order else 0),
+            kinds, _array("I", lens).tobytes() if not chunks.BIG_ENDIAN else struct.pack(f"<{n_strings}I", *lens),
             text, int_bytes,
         ))
         z = self._zlib
@@ -270,20 +314,12 @@ class ChunkEncoder:
                                           (row[0], row[1], *row[3:])):
                     values = v if codec == "tuple<int>" else (v,) if codec == "int" else ()
                     try:
-                        _array(_INT64, values)
+                        _array(chunks.INT64, values)
                     except (TypeError, OverflowError):
                         return f"{schema.name}.{name} = {v!r}"
         return "an integer field"  # pragma: no cover
 
     # -- tables --------------------------------------------------------------
-    def _sid_list(self, values: Sequence[Any]) -> list[int]:
-        sids = self._sids
-        try:
-            return [sids[s] for s in values]
-        except (KeyError, TypeError):
-            pass
-        return [self._sid(s) for s in values]
-
     def _sid(self, s: Any) -> int:
         i = self._sids.get(s) if type(s) is str else None
         if i is not None:
@@ -311,8 +347,8 @@ class ChunkEncoder:
         for loc in locs:
             i = lids.get(id(loc))
             if i is None:
-                if not isinstance(loc, _Location):
-                    raise EncodeError(f"loc: expected a Location or None, got {loc!r}")
+                if not isinstance(loc, ev.Location):
+                    raise EncodeError(f"loc: expected a ev.Location or None, got {loc!r}")
                 i = self._lid_by_value.get(loc)
                 if i is None:
                     i = self._lid_by_value[loc] = len(self._lid_by_value) + 1
@@ -332,7 +368,7 @@ class ChunkEncoder:
         return loc_ints, [len(b) for b in encoded], b"".join(encoded)
 
     # -- rows ------------------------------------------------------------------
-    def _encode_kind(self, plan: _Plan, rows: list[tuple[Any, ...]], rows_ints: list[int],
+    def _encode_kind(self, plan: RowPlan, rows: list[tuple[Any, ...]], rows_ints: list[int],
                      item_ints: list[int], blob: list[bytes]) -> None:
         """Append the kind's rows (row-major) and items; ``seq``/``t_ns`` stay raw here."""
         w = plan.width
@@ -352,36 +388,9 @@ class ChunkEncoder:
         flat[2::w] = self._loc_list(flat[2::w])
         var_cols: list[Sequence[Any]] = []
         blob_cols: list[Sequence[Any]] = []
-        for j, slot, codec, name in plan.convert:
-            col = flat[j::w]
+        for name, convert in self._converters_of(cls):
             try:
-                if slot == _S_STR:
-                    flat[j::w] = self._sid_list(col)
-                elif slot == _S_TUPLE_INT:
-                    flat[j::w] = list(map(len, col))
-                    var_cols.append(col)
-                elif slot == _S_ENUM:
-                    try:
-                        values = [v._value_ for v in col]
-                    except AttributeError:
-                        values = [v._value_ if isinstance(v, enum.Enum) else v for v in col]
-                    flat[j::w] = self._sid_list(values)
-                elif slot == _S_BOOL:
-                    if not all(v is True or v is False or v == 0 or v == 1 for v in col):
-                        raise EncodeError("expected booleans")
-                    flat[j::w] = [1 if v else 0 for v in col]
-                elif slot == _S_FLOAT:
-                    flat[j::w] = [_float_bits(v) for v in col]
-                elif slot == _S_VAR:
-                    flat_of = self._flattener(codec)
-                    items = [flat_of(v) for v in col]
-                    flat[j::w] = list(map(len, items))
-                    var_cols.append(items)
-                else:  # _S_BYTES
-                    if not all(isinstance(b, (bytes, bytearray)) for b in col):
-                        raise EncodeError("expected bytes")
-                    flat[j::w] = list(map(len, col))
-                    blob_cols.append(col)
+                convert(flat, w, var_cols, blob_cols)
             except EncodeError as exc:
                 raise EncodeError(f"{name}: {exc}") from None
         rows_ints += flat
@@ -422,22 +431,22 @@ class ChunkEncoder:
         """The item ints of one variable-size value (a tuple other than tuple<int>, or a scalar)."""
         if codec == "scalar":
             if v is None:
-                return [_TAG_NONE]
+                return [chunks.TAG_NONE]
             if isinstance(v, bool):
-                return [_TAG_BOOL, int(v)]
+                return [chunks.TAG_BOOL, int(v)]
             if isinstance(v, int):
-                return [_TAG_INT, int(v)]
+                return [chunks.TAG_INT, int(v)]
             if isinstance(v, float):
-                return [_TAG_FLOAT, _float_bits(v)]
+                return [chunks.TAG_FLOAT, chunks.float_bits(v)]
             if isinstance(v, str):
-                return [_TAG_STR, self._sid(v)]
+                return [chunks.TAG_STR, self._sid(v)]
             raise EncodeError(f"{v!r} is not an int, float, str, bool or None")
         if not codec.startswith("tuple<"):
             raise EncodeError(f"no item encoding for {codec}")  # pragma: no cover
         if not isinstance(v, tuple):
             raise EncodeError(f"expected a tuple, got {v!r}")
         inner = codec[6:-1]
-        if _is_simple(inner):
+        if chunks.is_simple(inner):
             return [self._simple(inner, e) for e in v]
         out: list[int] = []
         for e in v:  # complex items carry their own length
@@ -454,7 +463,7 @@ class ChunkEncoder:
         if codec == "bool":
             return 1 if v else 0
         if codec == "float":
-            return _float_bits(v)
+            return chunks.float_bits(v)
         return self._sid(v._value_ if isinstance(v, enum.Enum) else v)  # str, enum
 
 

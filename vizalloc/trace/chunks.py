@@ -51,57 +51,56 @@ import numpy as np
 from vizalloc.trace import events as ev
 from vizalloc.trace.schema import SCHEMA, KindSchema
 
-_Location = ev.Location
-_HEAD = struct.Struct("<6IBB")
-_IN_ORDER = 1        # chunk head flag: rows in recording order (else grouped by kind)
+HEAD = struct.Struct("<6IBB")
+IN_ORDER = 1        # chunk head flag: rows in recording order (else grouped by kind)
 #: Chunks up to this many events (the usual flush at the end of a small graph compute)
 #: are encoded event by event in recording order, which costs less than grouping them.
 ORDERED_MAX_EVENTS = 512
-_INT64 = "q" if struct.calcsize("q") == 8 else "l"
-_BIG_ENDIAN = sys.byteorder == "big"
-_I64_MIN, _I64_SPAN = -(1 << 63), 1 << 64
+INT64 = "q" if struct.calcsize("q") == 8 else "l"
+BIG_ENDIAN = sys.byteorder == "big"
+I64_MIN, I64_SPAN = -(1 << 63), 1 << 64
 _F64 = struct.Struct("<d")
 _I64 = struct.Struct("<q")
 # scalar item tags (op params)
-_TAG_INT, _TAG_FLOAT, _TAG_STR, _TAG_BOOL, _TAG_NONE = range(5)
+TAG_INT, TAG_FLOAT, TAG_STR, TAG_BOOL, TAG_NONE = range(5)
 _SIMPLE = frozenset({"int", "bool", "str", "float"})
 
 # slot kinds of a field
-_S_INT, _S_BOOL, _S_STR, _S_ENUM, _S_FLOAT, _S_TUPLE_INT, _S_VAR, _S_BYTES = range(8)
+S_INT, S_BOOL, S_STR, S_ENUM, S_FLOAT, S_TUPLE_INT, S_VAR, S_BYTES = range(8)
 
 
 class EncodeError(ValueError):
     """An event field holds a value its codec cannot store."""
 
 
-def _is_simple(codec: str) -> bool:
+def is_simple(codec: str) -> bool:
     return codec in _SIMPLE or codec.startswith("enum:")
 
 
 def _slot_kind(codec: str) -> int:
     if codec == "int":
-        return _S_INT
+        return S_INT
     if codec == "bool":
-        return _S_BOOL
+        return S_BOOL
     if codec == "str":
-        return _S_STR
+        return S_STR
     if codec.startswith("enum:"):
-        return _S_ENUM
+        return S_ENUM
     if codec == "float":
-        return _S_FLOAT
+        return S_FLOAT
     if codec == "tuple<int>":
-        return _S_TUPLE_INT
+        return S_TUPLE_INT
     if codec == "bytes":
-        return _S_BYTES
+        return S_BYTES
     if codec.startswith("tuple<") or codec == "scalar":
         if "bytes" in codec:
             raise TypeError(f"codec {codec}: bytes are only supported as a whole field")
-        return _S_VAR
+        return S_VAR
     raise TypeError(f"unknown codec {codec}")  # pragma: no cover
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class RowPlan:
     """How one kind's fields map to row slots."""
 
     schema: KindSchema
@@ -112,35 +111,35 @@ class _Plan:
     convert: tuple[tuple[int, int, str, str], ...]  # (row column, slot kind, codec, name) of non-int fields
 
 
-def _plan(schema: KindSchema) -> _Plan:
+def _plan(schema: KindSchema) -> RowPlan:
     slots = tuple(_slot_kind(c) for c in schema.codecs)
-    var = tuple(3 + j for j, s in enumerate(slots) if s in (_S_TUPLE_INT, _S_VAR))
-    blobs = tuple(3 + j for j, s in enumerate(slots) if s == _S_BYTES)
+    var = tuple(3 + j for j, s in enumerate(slots) if s in (S_TUPLE_INT, S_VAR))
+    blobs = tuple(3 + j for j, s in enumerate(slots) if s == S_BYTES)
     convert = tuple((3 + j, s, c, n) for j, (s, c, n) in enumerate(zip(slots, schema.codecs, schema.fields))
-                    if s != _S_INT)
-    return _Plan(schema, 3 + len(slots), slots, var, blobs, convert)
+                    if s != S_INT)
+    return RowPlan(schema, 3 + len(slots), slots, var, blobs, convert)
 
 
-_PLANS: dict[type[ev.Event], _Plan] = {cls: _plan(s) for cls, s in SCHEMA.items()}
+ROW_PLANS: dict[type[ev.Event], RowPlan] = {cls: _plan(s) for cls, s in SCHEMA.items()}
 
 
-def _as_bool(v: Any) -> int:
+def as_bool(v: Any) -> int:
     if v is True or v is False or v == 0 or v == 1:
         return 1 if v else 0
     raise EncodeError(f"expected a bool, got {v!r}")
 
 
-def _float_bits(v: Any) -> int:
+def float_bits(v: Any) -> int:
     if not isinstance(v, float):
         raise EncodeError(f"expected a float, got {v!r}")
     return int(_I64.unpack(_F64.pack(v))[0])
 
 
-def _bits_float(i: int) -> float:
+def bits_float(i: int) -> float:
     return float(_F64.unpack(_I64.pack(i))[0])
 
 
-def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
+def pack_planes(a: np.ndarray) -> tuple[bytes, int]:
     """int64 values, zigzag-coded (small negatives become small), byte-shuffled, all-zero planes dropped."""
     if not len(a):
         return b"", 0
@@ -156,13 +155,13 @@ def _pack_planes(a: np.ndarray) -> tuple[bytes, int]:
     return planes[:, present].T.tobytes(), sum(1 << i for i in present)
 
 
-_PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]
+PLANES = [[i for i in range(8) if mask >> i & 1] for mask in range(256)]
 
 
-def _unpack_planes(data: bytes | memoryview, n: int, mask: int) -> np.ndarray:
+def unpack_planes(data: bytes | memoryview, n: int, mask: int) -> np.ndarray:
     """``_pack_ints``'s bytes as an (8, n) uint8 array of byte planes (the transpose is left
     for later, so it is done once for many chunks)."""
-    planes = _PLANES[mask]
+    planes = PLANES[mask]
     if len(data) != n * len(planes):
         raise ValueError(f"integer section has {len(data)} bytes for {n} values in {len(planes)} byte planes")
     out = np.zeros((8, n), dtype=np.uint8)
@@ -171,7 +170,7 @@ def _unpack_planes(data: bytes | memoryview, n: int, mask: int) -> np.ndarray:
     return out
 
 
-def _join_planes(pieces: Sequence[np.ndarray]) -> np.ndarray:
+def join_planes(pieces: Sequence[np.ndarray]) -> np.ndarray:
     """Byte-plane pieces (8, n_i) -> the int64 values, zigzag decoded."""
     planes = np.concatenate(pieces, axis=1) if len(pieces) != 1 else pieces[0]
     z = np.ascontiguousarray(planes.T).view("<u8").reshape(-1)

@@ -38,15 +38,15 @@ from vizalloc.errors import TraceFormatError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts, Gathered
 from vizalloc.trace.chunks import (
-    _S_BOOL,
-    _S_BYTES,
-    _S_ENUM,
-    _S_FLOAT,
-    _S_INT,
-    _S_STR,
-    _S_TUPLE_INT,
-    _bits_float,
-    _Plan,
+    S_BOOL,
+    S_BYTES,
+    S_ENUM,
+    S_FLOAT,
+    S_INT,
+    S_STR,
+    S_TUPLE_INT,
+    bits_float,
+    RowPlan,
 )
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
 from vizalloc.trace.schema import SCHEMA
@@ -69,7 +69,7 @@ class KindColumns:
     """
 
     cls: type[ev.Event]
-    plan: _Plan
+    plan: RowPlan
     index: np.ndarray
     seq: np.ndarray
     t_ns: np.ndarray
@@ -127,10 +127,10 @@ class ColumnBatch:
             for j, (name, slot) in enumerate(zip(plan.schema.fields, plan.slots)):
                 col = rows[:, 3 + j].copy()
                 cols[name] = col
-                if slot == _S_BYTES:
+                if slot == S_BYTES:
                     kc.blobs[name] = blob_pos.copy()
                     blob_pos += col
-                elif slot not in (_S_INT, _S_STR, _S_ENUM, _S_BOOL, _S_FLOAT):
+                elif slot not in (S_INT, S_STR, S_ENUM, S_BOOL, S_FLOAT):
                     starts = np.zeros(len(col) + 1, dtype=np.int64)
                     np.cumsum(col, out=starts[1:])
                     total = int(starts[-1])
@@ -208,13 +208,13 @@ class ColumnBatch:
         """The columns of one kind (empty columns when the batch has none)."""
         kc = self.by_kind.get(cls)
         if kc is None:
-            from vizalloc.trace.chunks import _PLANS
+            from vizalloc.trace.chunks import ROW_PLANS
 
-            plan = _PLANS[cls]
+            plan = ROW_PLANS[cls]
             empty = _EMPTY
             kc = KindColumns(cls, plan, empty, empty, empty, empty, {n: empty for n in plan.schema.fields},
                              {n: (np.zeros(1, dtype=np.int64), empty) for n, s in zip(plan.schema.fields, plan.slots)
-                              if s not in (_S_INT, _S_STR, _S_ENUM, _S_BOOL, _S_FLOAT, _S_BYTES)})
+                              if s not in (S_INT, S_STR, S_ENUM, S_BOOL, S_FLOAT, S_BYTES)})
         return kc
 
     def seq_at(self, j: int) -> int:
@@ -254,17 +254,17 @@ class ColumnBatch:
         cols: list[list[Any]] = [kc.seq[a:b].tolist(), kc.t_ns[a:b].tolist(), self.locs[kc.loc[a:b]].tolist()]
         for name, codec, slot in zip(kc.plan.schema.fields, kc.plan.schema.codecs, kc.plan.slots):
             col = kc.cols[name][a:b]
-            if slot == _S_INT:
+            if slot == S_INT:
                 cols.append(col.tolist())
-            elif slot == _S_STR:
+            elif slot == S_STR:
                 cols.append(self.strings[col].tolist())
-            elif slot == _S_ENUM:
+            elif slot == S_ENUM:
                 cols.append(dec._enum_list(codec[5:], col.tolist()))
-            elif slot == _S_BOOL:
+            elif slot == S_BOOL:
                 cols.append((col != 0).tolist())
-            elif slot == _S_FLOAT:
-                cols.append([_bits_float(i) for i in col.tolist()])
-            elif slot == _S_BYTES:
+            elif slot == S_FLOAT:
+                cols.append([bits_float(i) for i in col.tolist()])
+            elif slot == S_BYTES:
                 starts = kc.blobs[name][a:b].tolist()
                 blob = self.blob
                 cols.append([blob[s:s + n] for s, n in zip(starts, col.tolist())])
@@ -274,7 +274,7 @@ class ColumnBatch:
                 flat = values[s[0]:s[-1]].tolist()
                 base = s[0]
                 pairs = [(x - base, y - base) for x, y in pairwise(s)]
-                if slot == _S_TUPLE_INT:
+                if slot == S_TUPLE_INT:
                     cols.append([tuple(flat[x:y]) for x, y in pairs])
                 elif codec != "scalar":
                     cols.append([dec._value(codec, flat[x:y]) if x != y else () for x, y in pairs])

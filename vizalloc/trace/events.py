@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, fields
+from collections.abc import Sequence
 from typing import Union
 
 NO_ID = -1
@@ -512,3 +513,33 @@ TIME_FIELDS: frozenset[tuple[str, str]] = frozenset({("NodeCompute", "wall_ns"),
 def payload_fields(cls: type[Event]) -> tuple[str, ...]:
     """The names of a kind's own fields (after seq, t_ns, loc)."""
     return tuple(f.name for f in fields(cls))[3:]
+
+
+def ggml_nbytes(type_size: int, blck_size: int, ne: Sequence[int], nb: Sequence[int]) -> int:
+    """``ggml_nbytes``: the bytes a tensor's strides span (0 for an empty tensor), for
+    ``type_size`` bytes per block of ``blck_size`` elements.
+
+    The one definition: the runtime sizes its tensors with it, and the analysis sizes the
+    tensor a ``TensorCreated`` describes, so both agree. ggml has 4 dimensions; a trace
+    file may describe others, which are summed the same way.
+
+        >>> ggml_nbytes(4, 1, (4, 3, 1, 1), (4, 16, 48, 48))   # rows padded to 16 bytes
+        48
+    """
+    if len(ne) == 4 and len(nb) == 4:  # unrolled: the planner sizes every tensor of a graph
+        ne0, ne1, ne2, ne3 = ne
+        if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
+            return 0
+        nb0, nb1, nb2, nb3 = nb
+        span = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
+        if blck_size == 1:
+            return type_size + (ne0 - 1) * nb0 + span
+        return ne0 * nb0 // blck_size + span
+    if any(n <= 0 for n in ne):
+        return 0
+    if not ne or not nb:
+        return type_size
+    span = sum((n - 1) * s for n, s in zip(ne[1:], nb[1:]))
+    if blck_size == 1:
+        return type_size + (ne[0] - 1) * nb[0] + span
+    return ne[0] * nb[0] // blck_size + span

@@ -38,6 +38,7 @@ from dataclasses import asdict, fields
 from typing import Any, BinaryIO
 
 from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import MAX_CHUNK_META_BYTES, ChunkDecoder, ChunkParts
 from vizalloc.trace.chunk_encoder import ChunkEncoder
@@ -429,18 +430,10 @@ class TraceFileReader:
 def read_trace(file: BinaryIO, name: str = "trace", *, stacklevel: int = 2) -> Trace:
     """The whole trace in ``file``; warns ``TraceTruncatedWarning`` if it ends early (at the
     line ``stacklevel`` frames up: 2, the caller of ``read_trace``)."""
-    import gc
-
     reader = TraceFileReader(file, name)
-    # Millions of new objects would trigger many pointless cyclic-GC passes.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        events: list[ev.Event] = []
+    events: list[ev.Event] = []
+    with gc_paused():
         for batch in reader.batches():
             events += batch
-    finally:
-        if was_enabled:
-            gc.enable()
     reader.warn_if_incomplete(stacklevel + 1)
     return Trace(reader.header, tuple(events))

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 from vizalloc.trace.events import Event, Location
-from vizalloc.trace.schema import SCHEMA
+from vizalloc.trace.schema import SCHEMA, check_event
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: Packaged *programs* (the demo's training loops) are the user's code as far as source
@@ -311,3 +311,13 @@ class ListRecorder:
 
     def __exit__(self, *exc: object) -> None:
         pop(self)
+
+
+class StrictRecorder(ListRecorder):
+    """A ``ListRecorder`` that checks every event against the event schema as it arrives
+    (``schema.check_event``): a field of the wrong type raises ``TypeError`` at the ``emit``
+    that made it. For tests: the check costs more than recording."""
+
+    def record(self, event: Event) -> None:
+        check_event(event)
+        self.events.append(event)

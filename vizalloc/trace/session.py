@@ -17,7 +17,6 @@ loads up to its last flush. Reading files back is ``storage.py``'s.
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -25,6 +24,7 @@ import weakref
 from typing import Any
 
 from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.gcpause import gc_paused
 from vizalloc.files import create_new
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
@@ -311,9 +311,7 @@ class TraceSession:
     def _materialize(self) -> list[ev.Event]:
         """Every event so far: the chunks written (decoded once, in order), then the items not
         written yet (rows built into events once, in bulk)."""
-        was_enabled = gc.isenabled()
-        gc.disable()  # millions of new objects would trigger pointless collections
-        try:
+        with gc_paused():
             if self._chunks:
                 if self._decoder is None:
                     self._decoder = ChunkDecoder.for_current_schema(compressed=self._compress_level is not None)
@@ -328,9 +326,6 @@ class TraceSession:
                     new[c](*x) if type(x) is tuple else x
                     for c, x in zip(self._kinds[done:], self._items[done:])
                 ]
-        finally:
-            if was_enabled:
-                gc.enable()
         return self._decoded + self._events if self._decoded else self._events
 
     def __repr__(self) -> str:
@@ -368,7 +363,7 @@ class _Flusher:
     """One daemon thread for every file trace of the process: each session's ``_tick`` runs
     every ``flush_interval_s`` while it records.
 
-    Shared, because a thread per trace cost more to start and join (~0.5 ms CPU) than
+    Shared, because a thread per trace cost more to start and join than
     recording a small program's events; it sleeps on a condition while no trace records.
     """
 

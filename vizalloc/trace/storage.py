@@ -10,7 +10,6 @@ The format itself (frames, chunks, checks) is ``fileformat.py``'s; recording is
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from vizalloc.errors import UsageError
+from vizalloc.gcpause import gc_paused
 from vizalloc.files import create_new
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import MAX_CHUNK_EVENTS
@@ -146,13 +146,8 @@ def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_l
     events = trace_.events
     with create_new(path, overwrite=overwrite) as f:
         writer = TraceFileWriter(f, trace_.header, compress_level=compress_level)
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             for i in range(0, len(events), chunk_events):
                 writer.write_events(events[i:i + chunk_events])
-        finally:
-            if was_enabled:
-                gc.enable()
         writer.close()
         return writer.nbytes

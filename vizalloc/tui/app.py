@@ -122,9 +122,9 @@ class VizallocApp(App[None]):
         """Compose and mount every pane now, behind the first one.
 
         A pane's first visit would otherwise build its widgets and make Textual re-parse the
-        whole stylesheet (the new widgets bring their CSS), about 40 ms of the ~100 ms a first
-        visit took on a 2M-event trace. Switching to each mode once, before the first frame,
-        does both while the file is still being read.
+        whole stylesheet (the new widgets bring their CSS), a large part of a first visit.
+        Switching to each mode once, before the first frame, does both while the file is
+        still being read.
         """
         first = self.current_mode
         for mode, _label in self.PANES:
@@ -136,8 +136,8 @@ class VizallocApp(App[None]):
     def load(self) -> None:
         """Read, pre-scan and analyse the trace off the UI thread."""
         # The UI thread needs the GIL for every turn of its event loop; with the default 5 ms
-        # switch interval a busy worker makes each key wait ~5 ms per turn (over a second per
-        # key on a 2M-event trace). Hand the GIL over more often while loading.
+        # switch interval a busy worker makes each key wait up to that long per turn, and a
+        # key takes many turns. Hand the GIL over more often while loading.
         interval = sys.getswitchinterval()
         sys.setswitchinterval(min(interval, LOAD_SWITCH_INTERVAL_S))
         try:
@@ -158,23 +158,26 @@ class VizallocApp(App[None]):
                 self.post_message(TraceAnalysed(analysis))
                 return
             if isinstance(src, (str, os.PathLike)):
-                events, header = read_events(src, self.scan, lambda d, t: self.post_message(
-                    LoadProgress("read", d, t)), on_cut=self._cut_short)
+                events, header = read_events(src, self.scan, lambda d, t: self._progress("read", d, t),
+                                             on_cut=self._cut_short)
             else:
                 events = list(getattr(src, "events", src))
                 header = getattr(src, "header", None)
                 chunk = 1 << 16
                 for lo in range(0, len(events), chunk):
                     self.scan.feed(events[lo:lo + chunk])
-                    self.post_message(LoadProgress("read", min(lo + chunk, len(events)), len(events)))
-            self.post_message(LoadProgress("model", 0, max(len(events), 1)))
-            analysis = analyse(events, header, lambda p, d, t: self.post_message(LoadProgress(p, d, t)))
+                    self._progress("read", min(lo + chunk, len(events)), len(events))
+            self._progress("model", 0, max(len(events), 1))
+            analysis = analyse(events, header, self._progress)
             count_hazards(self.scan.steps, analysis.hazards)
             self.post_message(TraceAnalysed(analysis))
         except VizallocError as exc:
             self.post_message(LoadFailed(inert(str(exc), 300)))
         except Exception as exc:  # noqa: BLE001 - shown in the app instead of a traceback on a raw terminal
             self.post_message(LoadFailed(inert(f"{type(exc).__name__}: {exc}", 300)))
+
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        self.post_message(LoadProgress(phase, done, total))
 
     def _cut_short(self, sentence: str) -> None:
         """The trace ends early (its writer was killed, or still runs): say so, keep going."""
@@ -233,10 +236,10 @@ class VizallocApp(App[None]):
     def delay_update(self, delay: float = 0.05) -> None:
         """Hold frames back for at most :data:`SWITCH_MASK_S`.
 
-        ``switch_mode`` calls this to hide the moment between two screens; its 50 ms were
-        over half of every pane switch (about 90 ms with them, 35 without, on a 2M-event
-        trace). The panes are mounted at startup and redraw from data already computed, so
-        the next frame (at most 1/60 s later) already shows the new pane whole.
+        ``switch_mode`` calls this to hide the moment between two screens, asking for 50 ms:
+        more than the rest of a pane switch. The panes are mounted at startup and redraw from
+        data already computed, so the next frame (at most 1/60 s later) already shows the new
+        pane whole.
         """
         super().delay_update(min(delay, SWITCH_MASK_S))
 

@@ -8,22 +8,21 @@ tensor rows, and memory maps on demand (cached).
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vizalloc.analysis.hazards import Hazard, find_hazards
+from vizalloc.gcpause import gc_paused
 from vizalloc.analysis.model import TraceModel, build_model
 from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
-from vizalloc.tui.tensors import (
+from vizalloc.tui.tensorrows import (
     RepeatedOrder,
     RepeatedRows,
     TensorOrder,
@@ -133,9 +132,8 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
         raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
     events: list[ev.Event] = []
     # Reading makes millions of objects that all stay alive; each full collection would walk
-    # them all while holding the GIL, freezing the UI for up to 260 ms near the end of a
-    # 2M-event file.
-    with f, collector_paused(lambda: len(events) >= FREEZE_EVENTS):
+    # them all while holding the GIL and freeze the UI.
+    with f, gc_paused() as pause:
         reader = TraceFileReader(f, os.fspath(path))
         for batch in reader.batches(batch_events, slice_events=SLICE_EVENTS):
             events.extend(batch)
@@ -150,7 +148,16 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
                 on_cut(str(cut))
             else:
                 warnings.warn(cut, stacklevel=2)
+        _freeze_if_big(pause, len(events))
         return events, reader.header
+
+
+def _freeze_if_big(pause: gc_paused, n_events: int) -> None:
+    """Keep a big trace's objects frozen for the UI's lifetime: out of the collector's sight,
+    or every full collection would stall the UI. Small traces are left alone (frozen objects
+    are never freed)."""
+    if n_events >= FREEZE_EVENTS:
+        pause.freeze(keep=True)
 
 
 #: Trace files bigger than this are analysed as a stream (``analyse_streamed``): the model
@@ -185,7 +192,7 @@ def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Call
     stream = StreamAnalysis()
     stream.on_events = scan.feed
     stream.on_skipped = scan.feed_run
-    with f, collector_paused(lambda: True):
+    with f, gc_paused() as pause:
         reader = TraceFileReader(f, os.fspath(path))
         batches = iter_columns(reader, STREAM_BATCH_EVENTS)
         while (batch := next(batches, None)) is not None:
@@ -211,32 +218,13 @@ def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Call
         rows = build_repeated_rows(model, stream.runs.runs)
         analysis = Analysis(model, hazards, rows, reader.header)
         analysis.tensor_order.warm()
+        pause.freeze(keep=True)
     return analysis
-
-
-@contextmanager
-def collector_paused(freeze: Callable[[], bool]) -> Iterator[None]:
-    """Pause the cyclic garbage collector; when it was on, turn it back on after, first
-    freezing (``gc.freeze``) every object alive if ``freeze()`` says so.
-
-    The events and the model of a big trace are millions of long-lived objects: frozen,
-    they are out of the collector's sight, or every full collection would stall the UI for
-    up to a second. Small traces are left alone: frozen objects are never freed.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            if freeze():
-                gc.freeze()
-            gc.enable()
 
 
 def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress | None = None) -> Analysis:
     """Model, hazards and tensor rows of a trace's events."""
-    with collector_paused(lambda: len(events) >= FREEZE_EVENTS):
+    with gc_paused() as pause:
         # a list is used as it is (events_of copies anything else)
         model = build_model(events, progress=(lambda d, t: progress("model", d, t)) if progress else None)
         if progress:
@@ -247,4 +235,5 @@ def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress |
         rows = build_tensor_rows(model, progress=(lambda d, t: progress("tensors", d, t)) if progress else None)
         analysis = Analysis(model, hazards, rows, header)
         analysis.tensor_order.warm()
+        _freeze_if_big(pause, len(events))
     return analysis

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vizalloc.tui.inert import inert
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 
 #: Layers as llama.cpp names them (``blk.0.attn_q``); same default as the DOT exporter.
 LAYER_PATTERN = re.compile(r"^blk\.(\d+)")

@@ -17,7 +17,7 @@ from vizalloc.analysis.records import NEVER, HistoryKind, history_kind
 from vizalloc.trace import events as ev
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +86,8 @@ class HistoryView:
         for plan in model.plans.values():
             for d in plan.decisions:
                 if type(d) is ev.PlanExternal and d.tensor_id == tensor_id:
-                    p = model.placement_at(tensor_id, d.seq)
-                    why = " while its placement was stale" if p is not None and p.stale_seq <= d.seq else ""
+                    at = model.placement_at(tensor_id, d.seq)
+                    why = " while its placement was stale" if at is not None and at.stale_seq <= d.seq else ""
                     extra.append(HistoryRow(d.seq, "external", f"skipped as external by plan #{plan.plan_id} "
                                             f"(galloc #{plan.galloc_id}, graph #{plan.graph_id}){why}",
                                             loc_text(d.loc)))

@@ -29,7 +29,7 @@ from vizalloc.analysis.records import NEVER
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.export.units import buffer_title
 from vizalloc.trace.events import enum_text
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,15 +232,15 @@ def map_cells(panel: Panel, geom: MapGeometry, row: int, col0: int, ncols: int, 
         else:
             cells.append((" ", block_style(best)))
     # labels: on the row holding a block's first byte, from its first visible column
-    for i, b in enumerate(chosen):
-        if b is None or geom.row_of(b.offset) != row or (i > 0 and chosen[i - 1] is b):
+    for i, owner in enumerate(chosen):
+        if owner is None or geom.row_of(owner.offset) != row or (i > 0 and chosen[i - 1] is owner):
             continue
         if cells[i][0] == COLLISION_CHAR:
             continue
         # one character per cell: wide characters would shift the grid
-        label = "".join(ch if cell_len(ch) == 1 else "?" for ch in inert(b.name))
+        label = "".join(ch if cell_len(ch) == 1 else "?" for ch in inert(owner.name))
         k = 0
-        while i + k < len(chosen) and chosen[i + k] is b and k < len(label) and cells[i + k][0] != COLLISION_CHAR:
+        while i + k < len(chosen) and chosen[i + k] is owner and k < len(label) and cells[i + k][0] != COLLISION_CHAR:
             cells[i + k] = (label[k], cells[i + k][1])
             k += 1
     return cells

@@ -96,9 +96,9 @@ class Prescan:
                 self._computes[e.compute_id] = s
                 steps.append(s)
             elif cls is t_ce:
-                s = self._computes.get(e.compute_id)
-                if s is not None:
-                    s.wall_ns = e.wall_ns
+                compute = self._computes.get(e.compute_id)
+                if compute is not None:
+                    compute.wall_ns = e.wall_ns
             elif cls is t_bind:
                 sizes = self._plan_sizes.get(e.plan_id, ())
                 s = Step(e.seq, StepKind.BINDING, e.binding_id, e.graph_id, graph_nodes.get(e.graph_id, 0),
@@ -116,9 +116,9 @@ class Prescan:
             elif cls is t_end:
                 sizes = tuple(tuple(c) for c in e.chunk_sizes)
                 self._plan_sizes[e.plan_id] = sizes
-                s = self._plans.get(e.plan_id)
-                if s is not None:
-                    s.chunk_sizes = sizes
+                plan = self._plans.get(e.plan_id)
+                if plan is not None:
+                    plan.chunk_sizes = sizes
             elif cls is t_replan:
                 what = f": {e.detail}" if e.detail else ""
                 steps.append(Step(e.seq, StepKind.REPLAN, e.galloc_id, galloc_id=e.galloc_id,

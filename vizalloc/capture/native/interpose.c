@@ -288,15 +288,17 @@ typedef struct {
 
 VZ_LOCAL char g_scratch[BUF_CAP];
 
-VZ_LOCAL void rec_begin(rec *r, int kind) {
-    r->p = g_scratch;
-    r->cap = sizeof g_scratch;
+VZ_LOCAL void rec_begin_in(rec *r, int kind, char *buf, size_t cap) {
+    r->p = buf;
+    r->cap = cap;
     r->len = 8;
     r->ok = 1;
     uint16_t k = (uint16_t)kind;
     memcpy(r->p, &k, 2);
     memset(r->p + 2, 0, 6);
 }
+
+VZ_LOCAL void rec_begin(rec *r, int kind) { rec_begin_in(r, kind, g_scratch, sizeof g_scratch); }
 
 VZ_LOCAL void rec_put(rec *r, const void *data, size_t n) {
     if (!r->ok || r->len + n > r->cap) {
@@ -318,8 +320,17 @@ VZ_LOCAL void rec_str(rec *r, const char *s) {
 
 /* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
  * parts by the caller (see put_graph), so a record never needs more than BUF_CAP. */
+VZ_LOCAL void put_hello(void);
+VZ_LOCAL int g_said_hello;
+
 VZ_LOCAL void rec_end(rec *r) {
     if (!r->ok || g_disabled) return;
+    if (!g_said_hello) {
+        /* the process record comes first, whatever is written first (the scratch space
+         * holds this record: write the hello straight into the output buffer) */
+        g_said_hello = 1;
+        put_hello();
+    }
     uint32_t payload = (uint32_t)(r->len - 8);
     memcpy(r->p + 4, &payload, 4);
     if (g_len + r->len > BUF_CAP) flush_locked();
@@ -655,47 +666,86 @@ VZ_LOCAL void put_op(ggml_lib *L, int family, int id) {
     rec_end(&r);
 }
 
-/* buffer types and buffers already described, by address (small open-addressing sets) */
-#define PSET_CAP 4096
+/* Pointer maps (open addressing, linear probing, grown at half load): the buffer types,
+ * buffers and backends already described, and the buffers ggml freed with the bytes they
+ * held. They grow with the process; a failed allocation stops recording, never the program. */
+#define PMAP_EMPTY 0
+#define PMAP_GONE 1
 typedef struct {
-    uintptr_t key[PSET_CAP];
-} pset;
-VZ_LOCAL pset g_bufts, g_buffers;
+    uintptr_t key;
+    uintptr_t base, size;
+} pentry;
+typedef struct {
+    pentry *e;
+    size_t cap, used; /* used counts tombstones too */
+} pmap;
+VZ_LOCAL pmap g_bufts, g_buffers, g_backends;
 
-VZ_LOCAL int pset_has(pset *s, const void *p) {
+VZ_LOCAL pentry *pmap_find(pmap *m, const void *p) {
+    if (m->cap == 0) return NULL;
     uintptr_t k = (uintptr_t)p;
-    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
-        if (s->key[i] == k) return 1;
-        if (s->key[i] == 0) return 0;
-    }
-    return 0;
-}
-
-VZ_LOCAL void pset_add(pset *s, const void *p) {
-    uintptr_t k = (uintptr_t)p;
-    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
-        if (s->key[i] == k) return;
-        if (s->key[i] == 0 || s->key[i] == 1) {
-            s->key[i] = k;
-            return;
-        }
+    for (size_t i = (k >> 4) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->e[i].key == k) return &m->e[i];
+        if (m->e[i].key == PMAP_EMPTY) return NULL;
     }
 }
 
-VZ_LOCAL void pset_del(pset *s, const void *p) {
-    uintptr_t k = (uintptr_t)p;
-    for (size_t i = (k >> 4) % PSET_CAP, n = 0; n < PSET_CAP; i = (i + 1) % PSET_CAP, n++) {
-        if (s->key[i] == k) {
-            s->key[i] = 1; /* tombstone */
-            return;
+VZ_LOCAL int pmap_has(pmap *m, const void *p) { return pmap_find(m, p) != NULL; }
+
+VZ_LOCAL pentry *pmap_add(pmap *m, const void *p) {
+    pentry *found = pmap_find(m, p);
+    if (found) return found;
+    if ((m->used + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 1024;
+        pentry *n = calloc(ncap, sizeof *n);
+        if (n == NULL) {
+            g_disabled = 1;
+            return NULL;
         }
-        if (s->key[i] == 0) return;
+        size_t used = 0;
+        for (size_t i = 0; i < m->cap; i++) {
+            uintptr_t k = m->e[i].key;
+            if (k == PMAP_EMPTY || k == PMAP_GONE) continue;
+            size_t j = (k >> 4) & (ncap - 1);
+            while (n[j].key) j = (j + 1) & (ncap - 1);
+            n[j] = m->e[i];
+            used++;
+        }
+        free(m->e);
+        m->e = n;
+        m->cap = ncap;
+        m->used = used;
+    }
+    uintptr_t k = (uintptr_t)p;
+    size_t i = (k >> 4) & (m->cap - 1);
+    while (m->e[i].key != PMAP_EMPTY && m->e[i].key != PMAP_GONE) i = (i + 1) & (m->cap - 1);
+    if (m->e[i].key == PMAP_EMPTY) m->used++;
+    m->e[i].key = k;
+    m->e[i].base = m->e[i].size = 0;
+    return &m->e[i];
+}
+
+VZ_LOCAL void pmap_del(pmap *m, const void *p) {
+    pentry *e = pmap_find(m, p);
+    if (e) e->key = PMAP_GONE;
+}
+
+/* Buffers ggml freed, with the bytes they held. A tensor the program keeps may still name
+ * one (a stale pointer); the object at that address is gone, and ggml's accessors would
+ * call through freed memory. A buffer made later at the same address leaves the map. */
+VZ_LOCAL pmap g_freed;
+
+VZ_LOCAL void freed_add(const void *buffer, uintptr_t base, size_t size) {
+    pentry *e = pmap_add(&g_freed, buffer);
+    if (e) {
+        e->base = base;
+        e->size = size;
     }
 }
 
 VZ_LOCAL void put_buft(ggml_lib *L, void *buft) {
-    if (buft == NULL || pset_has(&g_bufts, buft)) return;
-    pset_add(&g_bufts, buft);
+    if (buft == NULL || pmap_has(&g_bufts, buft)) return;
+    pmap_add(&g_bufts, buft);
     rec r;
     rec_begin(&r, R_BUFT);
     rec_i64(&r, L->id);
@@ -711,8 +761,8 @@ enum { HOW_ALLOC = 1, HOW_SEEN = 2 };
 
 VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
     if (buffer == NULL) return;
-    if (how == HOW_SEEN && pset_has(&g_buffers, buffer)) return;
-    pset_add(&g_buffers, buffer);
+    if (how == HOW_SEEN && pmap_has(&g_buffers, buffer)) return;
+    pmap_add(&g_buffers, buffer);
     void *buft = L->buffer_get_type(buffer);
     put_buft(L, buft);
     rec r;
@@ -770,7 +820,16 @@ VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
 
 VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     /* what a snapshot refers to must be described before it: buffer, type, op names */
-    put_buffer(L, RD(void *, t, OFF_BUFFER), HOW_SEEN);
+    void *buffer = RD(void *, t, OFF_BUFFER);
+    pentry *f = buffer && !pmap_has(&g_buffers, buffer) ? pmap_find(&g_freed, buffer) : NULL;
+    uintptr_t data = RD(uintptr_t, t, OFF_DATA);
+    uintptr_t end = f ? f->base + (f->size ? f->size : 1) : 0;
+    if (f && (data == 0 || (data >= f->base && data < end))) {
+        /* a stale pointer into a buffer ggml freed: described before its free, not to be touched */
+    } else {
+        if (f) pmap_del(&g_freed, buffer); /* a new buffer at a freed one's address */
+        put_buffer(L, buffer, HOW_SEEN);
+    }
     put_type(L, RD(int, t, OFF_TYPE));
     int op = RD(int, t, OFF_OP);
     put_op(L, 0, op);
@@ -943,14 +1002,16 @@ VZ_LOCAL void after_fork_child(void) {
     g_len = 0;
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
+    g_said_hello = 0;
     g_pid = getpid();
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     g_lock = fresh;
 }
 
 VZ_LOCAL void put_hello(void) {
+    char buf[PATH_MAX + 64]; /* not the shared scratch: the record being ended is there */
     rec r;
-    rec_begin(&r, R_HELLO);
+    rec_begin_in(&r, R_HELLO, buf, sizeof buf);
     rec_i64(&r, getpid());
     rec_i64(&r, getppid());
     rec_u64(&r, now_ns());
@@ -1022,7 +1083,6 @@ VZ_LOCAL ggml_lib *enter(const char *symbol, size_t field, void *caller, int *re
         abort();
     }
     *record = !g_disabled && t_inside == 0 && L->status >= 0;
-    if (*record && g_fd < 0 && g_len == 0) put_hello();
     pthread_mutex_unlock(&g_lock);
     return L;
 }
@@ -1298,12 +1358,11 @@ VZ_EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
     return ok;
 }
 
-VZ_LOCAL pset g_backends;
 
 VZ_LOCAL void put_backend(ggml_lib *L, void *backend) {
     LOCK();
-    if (!pset_has(&g_backends, backend)) {
-        pset_add(&g_backends, backend);
+    if (!pmap_has(&g_backends, backend)) {
+        pmap_add(&g_backends, backend);
         rec r;
         rec_begin(&r, R_BACKEND);
         rec_i64(&r, L->id);
@@ -1342,6 +1401,7 @@ VZ_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
         g_counts[C_BUFT_ALLOC_BUFFER]++;
         t_inside++;
         if (b) {
+            pmap_del(&g_freed, b);
             put_buffer(L, b, HOW_ALLOC);
         } else {
             put_buft(L, buft);
@@ -1368,9 +1428,12 @@ VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
             rec_ptr(&r, buffer);
             rec_u64(&r, t_call);
             rec_end(&r);
+            int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
+            size_t size = L->buffer_get_size(buffer);
+            freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
             t_inside--;
         }
-        pset_del(&g_buffers, buffer);
+        pmap_del(&g_buffers, buffer);
         UNLOCK();
     }
     L->buffer_free(buffer);

@@ -19,7 +19,7 @@ def _chain_to_the_programs_own_sitecustomize() -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
-        import sitecustomize  # noqa: F401  (the program's own, if there is one)
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401  (the program's own, if any)
     except ImportError:
         pass
     finally:
@@ -40,7 +40,7 @@ def _route_ctypes_through_the_capture() -> None:
         return
     original = ctypes.CDLL.__getitem__
 
-    def __getitem__(self, name_or_ordinal):  # type: ignore[no-untyped-def]
+    def __getitem__(self, name_or_ordinal):
         if isinstance(name_or_ordinal, str) and name_or_ordinal in names and self is not global_scope:
             try:
                 func = self._FuncPtr((name_or_ordinal, global_scope))

@@ -103,6 +103,11 @@ class DynAllocator:
         return n
 
     # -- alloc / free ---------------------------------------------------------
+    def padded(self, size: int) -> int:
+        """``size`` rounded up to the alignment: the bytes ``alloc`` and ``free`` use for it."""
+        mask = self._mask
+        return (size + mask) & ~mask
+
     def alloc(self, size: int) -> tuple[int, int, int]:
         """Place ``size`` bytes (padded); returns ``(chunk, offset, block)``.
 

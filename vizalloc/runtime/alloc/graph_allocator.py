@@ -34,25 +34,25 @@ vizalloc's only knowing departure from ggml, and it is off by default.
 
 Every decision is reported through the recorder (``PlanBegin`` ... ``PlanEnd``,
 ``Replan``, ``BindingBegin``/``BindingEnd``) only while a trace is recording. The
-planner works on the graph flattened into integer-indexed lists, because a literal
-port (dicts keyed by tensor, attribute lookups in the loops) runs 30-50x slower than C.
+planning pass itself is ``vizalloc.runtime.alloc.planner``.
 """
 
 from __future__ import annotations
 
-import gc
 import itertools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import AllocationError, GraphError
+from vizalloc.gcpause import gc_paused
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc.dyn_allocator import DynAllocator
-from vizalloc.runtime.alloc.planner import Plan, Record, plain_alloc_size, plan_graph
+from vizalloc.runtime.alloc.planner import Plan, Record, flatten, plain_alloc_size, plan
 from vizalloc.runtime.alloc.rules import DEFAULT as DEFAULT_RULES
 from vizalloc.runtime.alloc.rules import AllocatorRules
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
+from vizalloc.runtime.tensor import label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
@@ -185,7 +185,7 @@ class GraphAllocator:
             bad = self._invalid(node, plan.dst(i), bufts)
             if bad is not None:
                 cause = ev.ReplanCause.LOST_DATA if bad < 0 else ev.ReplanCause.NODE_SIZE
-                return (cause, f"node {i} {_label(node)} " + self._why(node, plan.dst(i), bad), i, node.id)
+                return (cause, f"node {i} {label(node)} " + self._why(node, plan.dst(i), bad), i, node.id)
             for j, s in enumerate(node.src):
                 if s is None:
                     continue
@@ -193,7 +193,7 @@ class GraphAllocator:
                 bad = self._invalid(s, rec, bufts)
                 if bad is not None:
                     cause = ev.ReplanCause.LOST_DATA if bad < 0 else ev.ReplanCause.SRC_SIZE
-                    return (cause, f"source {j} {_label(s)} of node {i} {_label(node)} " + self._why(s, rec, bad),
+                    return (cause, f"source {j} {label(s)} of node {i} {label(node)} " + self._why(s, rec, bad),
                             i, s.id)
         return None
 
@@ -233,18 +233,12 @@ class GraphAllocator:
         leaf_ids = self._check_ids(leaf_ids, len(leafs), "leaf")
         for d in self._dyn:
             d.reset()
-        # The planner builds many short-lived lists and no reference cycles; a cyclic
-        # collection triggered half-way through a 100k-node plan would cost more than the
-        # plan itself, so collection waits until the plan is made.
-        collecting = gc.isenabled()
-        if collecting:
-            gc.disable()
-        try:
-            self.plan = plan_graph(self.id, graph, self.bufts, self._dyn, node_ids, leaf_ids, self._plain,
-                                   inplace_ops=self.rules.inplace_ops)
-        finally:
-            if collecting:
-                gc.enable()
+        # the planner's lists hold no reference cycles: collecting half-way through a large
+        # plan would only traverse them
+        with gc_paused():
+            flat = flatten(graph, self._plain)
+            self.plan = plan(self.id, graph.id, flat, self.bufts, self._dyn, node_ids, leaf_ids, self._plain,
+                             self.rules.inplace_ops)
         return self._realloc_buffers(no_alloc, n_buf)
 
     def _check_ids(self, ids: Sequence[int] | None, n: int, what: str) -> list[int]:
@@ -326,13 +320,13 @@ class GraphAllocator:
                 b, c, o, size_max = rec
                 if b < 0:
                     raise AllocationError(
-                        f"tensor {_label(t)} has no data and no plan entry (it had data at reserve time); "
+                        f"tensor {label(t)} has no data and no plan entry (it had data at reserve time); "
                         "ggml's behaviour is undefined here. Call reserve() again before alloc_graph()"
                     )
                 vb = buffers[b]
                 if vb is None or c >= len(vb):
                     raise AllocationError(
-                        f"tensor {_label(t)} is planned in chunk {c} of buffer id {b}, which has no buffer "
+                        f"tensor {label(t)} is planned in chunk {c} of buffer id {b}, which has no buffer "
                         "(reserve_n_size freed it); call reserve_n() before alloc_graph()"
                     )
                 buf = vb[c]
@@ -342,7 +336,7 @@ class GraphAllocator:
                     # leaf entries; a bigger leaf that still fits its chunk is bound over its
                     # neighbours (as in ggml), one that does not makes ggml abort here
                     raise AllocationError(
-                        f"leaf {_label(t)} needs {need} bytes at offset {o} of a {buf.nbytes}-byte buffer: the reused "
+                        f"leaf {label(t)} needs {need} bytes at offset {o} of a {buf.nbytes}-byte buffer: the reused "
                         f"plan's entry at its position holds {size_max} (the plan was made for another graph with "
                         "the same node and leaf counts; ggml does not check leaf entries and aborts). "
                         "Call reserve() with this graph first",
@@ -368,11 +362,8 @@ class GraphAllocator:
         return f"<GraphAllocator #{self.id} {[b.name for b in self.bufts]}>"
 
 
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
-
-def _graph_tensors(graph: Graph):  # type: ignore[no-untyped-def]
+def _graph_tensors(graph: Graph) -> Iterator[Tensor]:
     """Leafs, nodes and their sources (with repeats)."""
     yield from graph.leafs
     for node in graph.nodes:

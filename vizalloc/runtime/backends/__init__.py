@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vizalloc.runtime.alloc import alloc_ctx_tensors as _alloc_ctx_tensors
 from vizalloc.runtime.backends.base import NOOP_OPS, Backend, EvalCallback
 from vizalloc.runtime.backends.copy import (
     GraphCopy,
@@ -35,7 +36,6 @@ from vizalloc.runtime.backends.cuda import (
 )
 from vizalloc.runtime.backends.sim import SimBackend
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
-from vizalloc.runtime.memory import alloc_ctx_tensors as _alloc_ctx_tensors
 
 if TYPE_CHECKING:
     from vizalloc.runtime.context import Context

@@ -71,7 +71,7 @@ class Backend:
         """``ggml_backend_supports_op``: whether this backend can compute node ``t``."""
         if t.op in NOOP_OPS:
             return True
-        from vizalloc.runtime import kernels  # the ops engineer's module; imported late
+        from vizalloc.runtime import kernels  # on first use: it loads every kernel module
 
         return bool(kernels.has_kernel(t))
 

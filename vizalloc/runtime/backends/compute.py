@@ -38,7 +38,7 @@ from vizalloc.errors import BackendError, NoMemoryError
 from vizalloc.runtime.backends.base import NOOP_OPS, Backend, EvalCallback
 from vizalloc.runtime.buffer import is_strict
 from vizalloc.runtime.memory import tensor_array
-from vizalloc.runtime.tensor import Flag, Op, Tensor
+from vizalloc.runtime.tensor import Flag, Op, Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
@@ -48,9 +48,6 @@ if TYPE_CHECKING:
 _compute_ids = itertools.count()
 
 
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
-
 
 def check_operand(backend: Backend, node: Tensor, t: Tensor, role: str) -> None:
     """Raise a clear error unless ``backend`` may compute with ``t`` (a source of ``node``, or ``node``)."""
@@ -59,7 +56,7 @@ def check_operand(backend: Backend, node: Tensor, t: Tensor, role: str) -> None:
         try:
             tensor_array(t)
         except NoMemoryError as exc:
-            raise NoMemoryError(f"cannot compute node {_label(node)} ({node.op.name}) on {backend.name}: "
+            raise NoMemoryError(f"cannot compute node {label(node)} ({node.op.name}) on {backend.name}: "
                                 f"{role} {exc}") from None
     t.check_alive()
     if storage.freed and is_strict():  # type: ignore[union-attr]
@@ -67,7 +64,7 @@ def check_operand(backend: Backend, node: Tensor, t: Tensor, role: str) -> None:
     buft = getattr(storage, "buft", None)
     if buft is not None and not backend.can_read(buft):
         raise BackendError(
-            f"cannot compute node {_label(node)} ({node.op.name}) on {backend.name}: {role} {_label(t)} lives in "
+            f"cannot compute node {label(node)} ({node.op.name}) on {backend.name}: {role} {label(t)} lives in "
             f"buffer #{storage.id} of type {buft.name}, which {backend.name} cannot use; copy it into "  # type: ignore[union-attr]
             f"{backend.name}'s memory first (backends.tensor_copy), or compute through the scheduler"
         )
@@ -115,7 +112,7 @@ def run_graph(backend: Backend, graph: Graph, callback: EvalCallback | None = No
 
 def _unsupported(backend: Backend, t: Tensor) -> BackendError:
     return BackendError(
-        f"backend {backend.name} does not support op {t.op.name} (node {_label(t)}); "
+        f"backend {backend.name} does not support op {t.op.name} (node {label(t)}); "
         "compute it on another backend or through the scheduler"
     )
 

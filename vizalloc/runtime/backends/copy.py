@@ -28,17 +28,15 @@ from vizalloc.errors import AllocationError, GraphError, NoMemoryError, ShapeErr
 from vizalloc.runtime.buffer import Buffer, Storage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_array, view_init
-from vizalloc.runtime.tensor import Tensor
+from vizalloc.runtime.alloc import alloc_ctx_tensors
+from vizalloc.runtime.memory import tensor_array, view_init
+from vizalloc.runtime.tensor import Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
 if TYPE_CHECKING:
     from vizalloc.runtime.backends.base import Backend
 
-
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
 
 def same_layout(a: Tensor, b: Tensor) -> bool:
@@ -56,8 +54,8 @@ def tensor_copy(src: Tensor, dst: Tensor) -> None:
     """
     if not same_layout(src, dst):
         raise ShapeError(
-            f"tensor_copy: {_label(src)} is {src.type.label}{list(src.ne)} strides {list(src.nb)} but "
-            f"{_label(dst)} is {dst.type.label}{list(dst.ne)} strides {list(dst.nb)}; the layouts must match"
+            f"tensor_copy: {label(src)} is {src.type.label}{list(src.ne)} strides {list(src.nb)} but "
+            f"{label(dst)} is {dst.type.label}{list(dst.ne)} strides {list(dst.nb)}; the layouts must match"
         )
     if src is dst:
         return
@@ -172,7 +170,7 @@ def _dup_preorder(root: Tensor, copies: dict[int, Tensor], ctx_alloc: Context, c
         if src.id in seen_or_done or src.id in entered:
             return False
         if src.data is None:
-            raise GraphError(f"graph_copy: tensor {_label(src)} ({src.op.name}) has no memory; the graph must be allocated")
+            raise GraphError(f"graph_copy: tensor {label(src)} ({src.op.name}) has no memory; the graph must be allocated")
         entered.add(src.id)
         dst = None
         if src.view_src is None:
@@ -191,7 +189,7 @@ def _dup_preorder(root: Tensor, copies: dict[int, Tensor], ctx_alloc: Context, c
                 continue
         if frame[1] is None:  # a view: its root's copy exists now
             frame[1] = ctx_unalloc.new_tensor_impl(
-                src.type, src.ne, copies[src.view_src.id], src.view_offs, nb=src.nb,  # type: ignore[union-attr]
+                src.type, src.ne, copies[src.view_src.id], src.view_offs, nb=src.nb,
                 op=src.op, op_params=src.op_params, name=src.name, copy_of=src,
             )
         srcs = src.src
@@ -229,7 +227,7 @@ def _init_preorder(root: Tensor, copies: dict[int, Tensor], inited: set[int]) ->
         dst = copies[src.id]
         if frame[1] == -1:
             frame[1] = -2
-            if dst.view_src is not None and enter(src.view_src):  # type: ignore[arg-type]
+            if dst.view_src is not None and enter(src.view_src):
                 continue
         if frame[1] == -2:
             frame[1] = 0

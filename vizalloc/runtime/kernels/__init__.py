@@ -13,9 +13,8 @@ SOFT_MAX_BACK placed in place on its ``y`` source still gives the mathematical r
 so the last bits of reductions may differ from ggml's sequential sums.
 
     >>> import numpy as np
-    >>> from vizalloc.runtime import Context, F32, ops
+    >>> from vizalloc.runtime import Context, F32, alloc_ctx_tensors, ops, tensor_get, tensor_set
     >>> from vizalloc.runtime.buffer import BufferType
-    >>> from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set, tensor_get
     >>> from vizalloc.runtime.kernels import compute_forward, has_kernel
     >>> ctx = Context(); a = ctx.new_tensor_1d(F32, 3); y = ops.relu(ctx, a)
     >>> _ = alloc_ctx_tensors(ctx, BufferType("CPU")); tensor_set(a, [-1, 0, 2])

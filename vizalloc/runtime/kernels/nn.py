@@ -12,9 +12,8 @@ optimizer steps, following ggml's CPU backend (``ggml-cpu/ops.cpp``).
 * ``count_equal`` writes an i32 count (ggml: i64; see ``ops.count_equal``).
 
     >>> import numpy as np
-    >>> from vizalloc.runtime import Context, F32, ops
+    >>> from vizalloc.runtime import Context, F32, alloc_ctx_tensors, ops, tensor_get, tensor_set
     >>> from vizalloc.runtime.buffer import BufferType
-    >>> from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set, tensor_get
     >>> from vizalloc.runtime.kernels import compute_forward
     >>> ctx = Context(); w = ctx.new_tensor_2d(F32, 2, 3); x = ctx.new_tensor_2d(F32, 2, 1)
     >>> y = ops.mul_mat(ctx, w, x); _ = alloc_ctx_tensors(ctx, BufferType("CPU"))

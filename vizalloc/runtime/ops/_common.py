@@ -15,7 +15,7 @@ from typing import Any
 
 from vizalloc.errors import ShapeError
 from vizalloc.runtime.dtype import DType
-from vizalloc.runtime.tensor import MAX_NAME, Op, Tensor
+from vizalloc.runtime.tensor import MAX_NAME, Op, Tensor, label
 
 #: GGML_MAX_DIMS
 MAX_DIMS = 4
@@ -23,8 +23,7 @@ MAX_DIMS = 4
 
 def describe(t: Tensor) -> str:
     """``'name' f32[4, 3, 1, 1]`` (``#id`` for an unnamed tensor) for error messages."""
-    label = repr(t.name) if t.name else f"#{t.id}"
-    return f"{label} {t.type.label}{list(t.ne)}"
+    return f"{label(t)} {t.type.label}{list(t.ne)}"
 
 
 def fail(op: str, message: str, **tensors: Tensor | None) -> ShapeError:

@@ -5,7 +5,8 @@ parameter), sharing tensor objects, allocated in turn through a ``Scheduler``.
 
     >>> from vizalloc.runtime import Context, F32, ops, set_param
     >>> from vizalloc.runtime.backends import CPUBackend
-    >>> from vizalloc.runtime.memory import alloc_ctx_tensors, tensor_set
+    >>> from vizalloc.runtime.alloc import alloc_ctx_tensors
+    >>> from vizalloc.runtime.memory import tensor_set
     >>> from vizalloc.runtime.sched import Scheduler
     >>> from vizalloc.runtime.opt import LossType, OptContext, OptResult, default_params
     >>> ctx_static, ctx_compute = Context(), Context()
@@ -38,8 +39,9 @@ import numpy as np
 
 from vizalloc.errors import AllocationError, GraphError, UsageError
 from vizalloc.runtime import memory, ops
+from vizalloc.runtime.alloc import TensorAllocator, alloc_ctx_tensors
 from vizalloc.runtime.backward import build_backward_expand, graph_get_grad, graph_get_grad_acc, graph_reset
-from vizalloc.runtime.buffer import Buffer, Usage, pad
+from vizalloc.runtime.buffer import Buffer, BufferType, Usage, pad
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import GRAPH_DEFAULT_SIZE, Graph, graph_deep_copy
@@ -49,7 +51,7 @@ from vizalloc.runtime.opt.rng import MT19937
 from vizalloc.runtime.tensor import Flag, Tensor, set_input, set_loss, set_output
 
 
-def _cpu_buffer_type():  # type: ignore[no-untyped-def]
+def _cpu_buffer_type() -> BufferType:
     from vizalloc.runtime.backends.cpu import CPU_BUFFER_TYPE
 
     return CPU_BUFFER_TYPE
@@ -307,13 +309,13 @@ class OptContext:
             self._alloc_static()
             graph_reset(self.gb_opt)
 
-        self.buf_cpu = memory.alloc_ctx_tensors(self.ctx_cpu, _cpu_buffer_type())
+        self.buf_cpu = alloc_ctx_tensors(self.ctx_cpu, _cpu_buffer_type())
 
     def _alloc_static(self) -> None:
         """``ggml_backend_alloc_ctx_tensors(ctx_static, backend 0)``."""
         assert self.ctx_static is not None
         backend = self.sched.get_backend(0)
-        self.buf_static = memory.alloc_ctx_tensors(self.ctx_static, backend.buffer_type)
+        self.buf_static = alloc_ctx_tensors(self.ctx_static, backend.buffer_type)
 
     # -- fix="static" ---------------------------------------------------------------------
     def _graphs_allocated(self) -> list[Graph]:
@@ -343,7 +345,7 @@ class OptContext:
         if nbytes == 0:
             return
         self.buf_shared = buft.alloc_buffer(nbytes, Usage.ANY, cause="opt shared tensors (fix=static)")
-        talloc = memory.TensorAllocator(self.buf_shared)
+        talloc = TensorAllocator(self.buf_shared)
         for t in roots:
             talloc.alloc(t)
 

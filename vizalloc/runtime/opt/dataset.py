@@ -23,6 +23,7 @@ import numpy as np
 
 from vizalloc.errors import ShapeError, UsageError
 from vizalloc.runtime import memory
+from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.opt.rng import MT19937, shuffle
@@ -72,7 +73,7 @@ class OptDataset:
         if ne_label > 0:
             self.labels = self.ctx.new_tensor_2d(type_label, ne_label, ndata, name="labels")
             self.nbs_labels = self.labels.nbytes * ndata_shard // ndata
-        self.buf: Buffer | list[Buffer] | None = memory.alloc_ctx_tensors(self.ctx, _cpu_buffer_type())
+        self.buf: Buffer | list[Buffer] | None = alloc_ctx_tensors(self.ctx, _cpu_buffer_type())
         self.permutation: list[int] = list(range(ndata // ndata_shard))
 
     # -- host access (ggml_get_data_f32 on the dataset's tensors) ---------------------

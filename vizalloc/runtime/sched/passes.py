@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vizalloc.errors import BackendError, SchedulerError
-from vizalloc.runtime.buffer import Usage
+from vizalloc.runtime.buffer import Buffer, Usage
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.tensor import MAX_NAME, VIEW_OPS, Flag, Op, Tensor, set_input, set_output
+from vizalloc.runtime.tensor import MAX_NAME, VIEW_OPS, Flag, Op, Tensor, label, set_input, set_output
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
@@ -32,11 +32,8 @@ _INPUT = int(Flag.INPUT)
 _VIEW_OP_VALUES = frozenset(op._value_ for op in VIEW_OPS)
 
 
-def _label(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
-
-def _root_buffer(t: Tensor):  # type: ignore[no-untyped-def]
+def _root_buffer(t: Tensor) -> Buffer | None:
     return t.view_src.buffer if t.view_src is not None else t.buffer
 
 
@@ -64,7 +61,7 @@ def backend_id_from_cur(sched: Scheduler, t: Tensor) -> int:
     buffer = _root_buffer(t)
     if buffer is not None:
         raise BackendError(
-            f"tensor {_label(t)} ({t.op.name}) is pre-allocated in buffer #{buffer.id} of type {buffer.buft.name!r}, "
+            f"tensor {label(t)} ({t.op.name}) is pre-allocated in buffer #{buffer.id} of type {buffer.buft.name!r}, "
             f"and no backend that can use that buffer supports the op; allocate it in a buffer type of a backend "
             f"that runs {t.op.name}"
         )
@@ -203,7 +200,7 @@ def assign_backends(sched: Scheduler, graph: Graph) -> None:
             b += 1
         if backend_id(node) == -1:
             raise SchedulerError(
-                f"no backend supports node {_label(node)} ({node.op.name}, {node.type.label}{list(node.ne)}); "
+                f"no backend supports node {label(node)} ({node.op.name}, {node.type.label}{list(node.ne)}); "
                 "the last (CPU) backend must support every op the graph uses"
             )
 
@@ -287,7 +284,7 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
                 continue
             src_bid = backend_id(s)
             if src_bid == -1:
-                raise SchedulerError(f"source {_label(s)} of node {_label(node)} has no backend (scheduler bug)")
+                raise SchedulerError(f"source {label(s)} of node {label(node)} has no backend (scheduler bug)")
             if s.flags & _INPUT and sched.n_copies > 1 and sched.get_copy(s, src_bid, 0) is None:
                 # pipeline parallelism: every graph input gets n_copies slots; the current
                 # one is the user's tensor itself, now flagged INPUT and OUTPUT
@@ -395,7 +392,7 @@ def build_sched_graph(sched: Scheduler, graph: Graph) -> None:
         if bid == -1:
             # ggml indexes bufts[-1] here (undefined behaviour); say what is wrong instead
             raise SchedulerError(
-                f"leaf {_label(leaf)} of graph #{graph.id} has no backend: no node reads it and it is neither "
+                f"leaf {label(leaf)} of graph #{graph.id} has no backend: no node reads it and it is neither "
                 "pre-allocated nor an input; assign one with set_tensor_backend or leave it out of the graph"
             )
         _write_ids(leaf_ids, len(g_leafs), bid)
@@ -421,7 +418,7 @@ def _refuse_old_copies(sched: Scheduler, graph: Graph) -> None:
         for s in node.src:
             if s is not None and s.ctx.id in old:
                 raise SchedulerError(
-                    f"node {_label(node)} of graph #{graph.id} reads {_label(s)}, an input copy made when this "
+                    f"node {label(node)} of graph #{graph.id} reads {label(s)}, an input copy made when this "
                     "scheduler split the graph before (the scheduler rewrites sources that cross backends, and "
                     "those copies died with the next split); build a fresh graph for every alloc_graph, as ggml "
                     "expects"

@@ -93,7 +93,7 @@ def _default_buffer_type(backend: Backend) -> BufferType:
     buft = backend.buffer_type
     if callable(buft) and not isinstance(buft, BufferType):
         buft = buft()
-    return buft  # type: ignore[return-value]
+    return buft
 
 
 class Scheduler:

@@ -35,7 +35,7 @@ def set_static(static: Static, content: Text | str, *, layout: bool) -> None:
     """``static.update(content)``, without a layout pass when ``layout`` is False.
 
     For lines of a fixed height (the title, the loading bar, the map's head): a layout
-    pass costs a whole extra frame (about 25 ms) after a key.
+    pass costs a whole extra frame after a key.
     """
     if _UPDATE_HAS_LAYOUT:
         static.update(content, layout=layout)
@@ -90,7 +90,7 @@ class PaneScreen(Screen[None]):
         if self is not app.screen and hasattr(self, "_css_update_count"):
             # Mounted behind the current pane (VizallocApp.prepare_panes): style it now, as
             # App.refresh_css does for the screens of the current stack, and mark it done, or
-            # the first switch to it would re-parse the whole stylesheet (~20 ms) again.
+            # the first switch to it would re-parse the whole stylesheet again.
             # Without that private counter (another Textual) the switch just costs that time.
             app.stylesheet.update(self, animate=False)
             self._css_update_count = app._css_update_count

@@ -21,7 +21,7 @@ from vizalloc.tui.widgets.keys_bar import KeysBar
 from vizalloc.tui.history import HistoryView
 from vizalloc.tui.inert import inert
 from vizalloc.tui.render import loc_text
-from vizalloc.tui.tensors import shape_text
+from vizalloc.tui.tensorrows import shape_text
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 if TYPE_CHECKING:

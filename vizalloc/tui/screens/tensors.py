@@ -1,7 +1,7 @@
 """The tensors pane: every tensor of the trace in a sortable, filterable table.
 
 The table is virtual (only visible rows are drawn) and sorting uses a permutation made
-once per column with numpy, so 500,000 tensors sort and filter in well under a second.
+once per column with numpy, so hundreds of thousands of tensors sort and filter quickly.
 ``/`` filters by name, ``f`` by state; ``n`` ``b`` ``o`` ``u`` ``l`` ``s`` ``i`` sort by
 name, bytes, offset, first use, last use, state, id; ``r`` reverses; enter opens one.
 The "first seq" and "last seq" columns are the events (the timeline's seq) of the
@@ -21,7 +21,7 @@ from textual.widget import Widget
 
 from vizalloc.tui.inert import inert
 from vizalloc.tui.screens.base import PaneScreen
-from vizalloc.tui.tensors import RepeatedRows, TensorOrder, TensorRows, TensorState
+from vizalloc.tui.tensorrows import RepeatedRows, TensorOrder, TensorRows, TensorState
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 _STATE_STYLE = {TensorState.STALE: "bold #ff8787", TensorState.VIEW: "#87afd7", TensorState.INPLACE: "#d7af5f",
@@ -131,8 +131,8 @@ class TensorsScreen(PaneScreen):
         cursor = 0
         if current is not None:
             row = a.tensors.row_of.get(current)
-            hits = np.nonzero(order == row)[0] if row is not None else ()
-            cursor = int(hits[0]) if len(hits) else 0
+            hits = np.nonzero(order == row)[0] if row is not None else None
+            cursor = int(hits[0]) if hits is not None and len(hits) else 0
         self.table.set_source(src, cursor=cursor)
         self._info()
 

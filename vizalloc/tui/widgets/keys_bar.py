@@ -1,8 +1,8 @@
 """The footer: the active screen's shown bindings on one line, clickable.
 
 Textual's ``Footer`` builds one widget per key and restyles them all whenever the
-bindings change, which is most of the cost of switching panes (about 55 ms of 65 ms per
-switch, measured with ``benchmarks/tui.py``'s trace). This bar draws the same
+bindings change, which was most of the cost of switching panes (``benchmarks/tui.py``
+measures a switch). This bar draws the same
 ``Binding`` objects (only those with ``show=True``) as one ``Text``; a click on a key
 presses it.
 

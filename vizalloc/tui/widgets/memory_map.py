@@ -221,7 +221,7 @@ class MemoryMap(Widget, can_focus=True):
         """Drawn rows (cells without the cursor, and their strip) for what is shown now.
 
         A cursor move or a new frame redraws every line; only the cursor's rows change, so
-        the others come from here (a row of a wide map costs about 0.3 ms to draw).
+        the others come from here (drawing every row of a wide map again is slow).
         """
         key = (self.geom, self.left, width, self.selected, id(self._collisions))
         if key != self._drawn_key or self._drawn_panel is not self.panel:

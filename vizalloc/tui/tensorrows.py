@@ -1,4 +1,5 @@
-"""The tensor table's rows, as columns (one list per field) so 100k+ tensors stay cheap.
+"""The tensors table's data (the pane that shows it is ``tui.screens.tensors``): its rows,
+as columns (one list per field) so 100k+ tensors stay cheap.
 
 A tensor's *state* sums up how it got its bytes (the last placement decides, a stale
 one wins): ``stale`` (it was skipped as external by a plan while its placement was
@@ -100,8 +101,8 @@ def build_tensor_rows(model: TraceModel, *, progress: Callable[[int, int], None]
     rows = TensorRows()
     total = len(model.tensors)
     tensors = model.tensors
-    # ids, not (id, info) pairs: sorting 500,000 ints that are nearly in order holds the GIL
-    # for a few ms, the pairs for ~40
+    # ids, not (id, info) pairs: ints that are nearly in order sort much faster (the sort
+    # holds the GIL)
     for k, tid in enumerate(sorted(tensors)):
         _add_row(rows, model, tid, tensors[tid], stale, inplace)
         if progress is not None and k % 65536 == 65535:
@@ -286,9 +287,9 @@ def _array(items: Sequence[object], dtype: type) -> np.ndarray:
     """``np.array(items, dtype)`` (for ``int`` or ``str`` items), filled in chunks with a GIL
     switch between them.
 
-    Converting a Python list holds the GIL throughout (about 100 ms for 500,000 names);
-    in the loading worker that froze the UI as long. The array is allocated once (for
-    strings, as wide as the longest) and filled 16,384 items at a time, a few ms each.
+    Converting a Python list holds the GIL throughout; in the loading worker that froze
+    the UI as long. The array is allocated once (for strings, as wide as the longest) and
+    filled 16,384 items at a time.
     """
     if len(items) <= ARRAY_CHUNK:
         return np.array(items, dtype=dtype)
@@ -337,7 +338,7 @@ class TensorOrder:
                 p = np.argsort(self.state_codes(), kind="stable")
             elif key in ("name", "op"):
                 col = r.names if key == "name" else r.ops
-                # numpy sorts strings without the GIL (sorted() with a key held it ~50 ms);
+                # numpy sorts strings without the GIL (sorted() with a key holds it throughout);
                 # same order as Python's (code points, stable) except that a trailing NUL
                 # is not significant
                 p = np.argsort(_array(col, str), kind="stable").astype(np.int64, copy=False)

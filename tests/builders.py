@@ -1,4 +1,5 @@
-"""Small helpers that write event records directly, for analysis tests.
+"""The one trace builder of the tests: writes event records directly (no runtime, no clock),
+for the analysis, exporter and TUI tests.
 
     >>> tb = TraceBuilder()
     >>> buf = tb.buffer(1024)
@@ -19,11 +20,23 @@ from vizalloc.trace import events as ev
 F32 = "f32"
 
 
-class TraceBuilder:
-    """Emit events with increasing seq numbers; ids come from counters."""
+_AUTO: Any = object()
 
-    def __init__(self) -> None:
+
+class TraceBuilder:
+    """Emit events with increasing seq numbers (``t_ns`` is ``seq * 1000``); ids come from
+    counters unless given.
+
+    Args:
+        auto_loc: give each event a new source line of ``file``/``function`` (else none,
+            unless an event's ``line`` or ``loc`` says otherwise).
+    """
+
+    def __init__(self, *, auto_loc: bool = True, file: str = "user.py", function: str = "main") -> None:
         self.events: list[ev.Event] = []
+        self.auto_loc = auto_loc
+        self.file = file
+        self.function = function
         self._seq = 0
         self._tensor_ids = itertools.count(100)
         self._buffer_ids = itertools.count(1)
@@ -38,27 +51,36 @@ class TraceBuilder:
         if line is None:
             self.line += 1
             line = self.line
-        return ev.Location("user.py", line, "main")
+        return ev.Location(self.file, line, self.function)
 
-    def emit(self, cls: type[ev.Event], *payload: Any, loc: ev.Location | None = None) -> Any:
+    def emit(self, cls: type[ev.Event], *payload: Any, loc: ev.Location | None = _AUTO,
+             line: int | None = None) -> Any:
+        """Append a ``cls`` event; ``line`` places it on that line of ``file``, ``loc`` on any."""
+        if line is not None:
+            loc = self.loc(line)
+        elif loc is _AUTO:
+            loc = self.loc() if self.auto_loc else None
         self._seq += 1
-        e = cls(self._seq, self._seq * 1000, loc if loc is not None else self.loc(), *payload)
+        e = cls(self._seq, self._seq * 1000, loc, *payload)
         self.events.append(e)
         return e
 
     # -- tensors ------------------------------------------------------------------
     def tensor(self, name: str, ne0: int = 16, *, ne: Sequence[int] | None = None, op: str = "NONE",
                srcs: Sequence[int] = (), view_src: int = -1, view_offs: int = 0, flags: int = 0,
-               copy_of: int = -1, dtype: str = F32, ctx: int = 0) -> int:
+               copy_of: int = -1, dtype: str = F32, ctx: int = 0, tid: int | None = None,
+               line: int | None = None) -> int:
+        """A ``TensorCreated`` of a contiguous tensor; returns its id (``tid``, or the next one)."""
         shape = tuple(ne) if ne is not None else (ne0, 1, 1, 1)
         shape = shape + (1,) * (4 - len(shape))
         size = 4 if dtype in ("f32", "i32") else 2
         nb = [size]
         for n in shape[:3]:
             nb.append(nb[-1] * n)
-        tid = next(self._tensor_ids)
+        if tid is None:
+            tid = next(self._tensor_ids)
         self.emit(ev.TensorCreated, tid, ctx, name, dtype, shape, tuple(nb), op, (), tuple(srcs), view_src,
-                  view_offs, flags, copy_of)
+                  view_offs, flags, copy_of, line=line)
         n = size
         for d in shape:
             n *= d
