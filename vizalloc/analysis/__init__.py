@@ -4,6 +4,13 @@
     model = build_model(trace)          # a Trace, anything with .events, or a list of events
     for h in find_hazards(model):
         print(h.report())
+
+A trace too big for its events to fit in memory is analysed as a stream, with the same
+results (``stream.py``; repeated steps analysed once):
+
+    from vizalloc.analysis.stream import analyse_columns
+    from vizalloc.trace.columns import read_columns
+    model, hazards = analyse_columns(read_columns("run.vztrace", 1 << 18))
 """
 
 from __future__ import annotations

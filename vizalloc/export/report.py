@@ -75,11 +75,13 @@ def report_dict(model: TraceModel, hazards: Sequence[Any], *, header: Any = None
             "n_externals": len(plan.externals), "refused": dict(sorted(refused.items())),
             "quality": _quality(model, plan.plan_id),
         })
+    # by id, each binding read when its row is made (a streamed model makes the records of
+    # repeated steps on demand: all of them at once would be every step's graph again)
     bindings = [
         {"binding_id": b.binding_id, "galloc_id": b.galloc_id, "plan_id": b.plan_id, "graph_id": b.graph_id,
          "sched_id": b.sched_id, "ok": b.ok, "begin_seq": b.begin_seq, "end_seq": _seq(b.end_seq),
          "n_placements": len(b.placements)}
-        for b in sorted(model.bindings.values(), key=lambda b: b.binding_id)
+        for b in map(model.bindings.__getitem__, sorted(model.bindings))
     ]
     buffers = [
         {"buffer_id": b.buffer_id, "backend": b.backend, "buft": b.buft, "nbytes": b.nbytes,
