@@ -10,7 +10,8 @@
 ``--shadow`` re-runs every compute that has a use-after-reuse, uninitialized-read or
 clobbered-output hazard twice from the values captured at its start (traces recorded with
 ``capture_values=True``): with private memory and with the recorded placements, and names
-the first node whose output differs.
+the first node whose output differs. It needs the trace's events, so it reads the whole
+trace into memory.
 
 Exit codes: 0 no hazard of the ``--fail-on`` kinds (default: every kind but replan),
 1 hazards of those kinds were found, 2 the trace cannot be read or the usage is wrong.
