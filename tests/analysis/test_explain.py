@@ -139,7 +139,7 @@ def test_names_unknown_to_llama_cpp_are_numbers_only() -> None:
     top = b.groups[0]
     assert top.name == "scores-*" and top.words == "" and top.dims == ("", "", "")
     assert top.formula == f"{N_KV} × {N_TOKENS} × {N_HEAD} × 4 B (f32)"
-    assert "scores-*" in b.sentence
+    assert "scores-0 of one layer (" in b.sentence
 
 
 def test_a_trace_without_plans_has_nothing_to_explain() -> None:

@@ -245,11 +245,12 @@ def _phrase(g: Group) -> str:
     how = g.formula if g.same_shape else f"up to {g.formula}"
     if g.count > 1 and g.same_shape:
         how = f"{g.count} × {how}" if not g.layers or len(g.layers) == g.count else how
-    subject = f"the {g.words}{scope}" if g.words else f"{g.name}{scope}"
     after = ""
     if g.then_in_place:
         after = f"; {', '.join(g.then_in_place)} then reuse{'s' if len(g.then_in_place) == 1 else ''} it in place"
-    return f"{subject} ({who}: {how}{after})"
+    if not g.words:  # a name llama.cpp does not give: the name is the subject
+        return f"{who}{scope} ({how}{after})"
+    return f"the {g.words}{scope} ({who}: {how}{after})"
 
 
 def _sentence(buf_title: str, size: int, live: int, peak_tensor: str, groups: Sequence[Group],
