@@ -671,6 +671,9 @@ class Importer:
         ga = open_.galloc.ga if open_.galloc else None
         if ga is not None and open_.sizes is None:
             self._buffer_sizes[id(ga)] = [(buft.name, ga.buffer_size(i)) for i, buft in enumerate(ga.bufts)]
+        elif ga is not None and open_.sizes is not None:
+            # a measurement without buffers (llama.cpp's no_alloc): what the buffers would need
+            self._buffer_sizes[id(ga)] = [(buft.name, size) for buft, size in zip(ga.bufts, open_.sizes)]
 
     def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
         graph = self._graph(call)
