@@ -27,10 +27,10 @@ from typing import Any
 from vizalloc.capture.build import CaptureError, check_platform, library_path
 from vizalloc.capture.launch import Finished, run_program
 from vizalloc.capture.rawfile import CaptureFormatError, read_records
-from vizalloc.capture.replay import CaptureImportError, Importer, ImportResult
+from vizalloc.capture.replay import CaptureImportError, ComputeBuffer, Importer, ImportResult
 
 __all__ = [
-    "CaptureError", "CaptureFormatError", "CaptureImportError", "ImportResult", "Traced", "import_capture",
+    "CaptureError", "CaptureFormatError", "CaptureImportError", "ComputeBuffer", "ImportResult", "Traced", "import_capture",
     "library_path", "trace_program",
 ]
 
