@@ -16,14 +16,16 @@ LLAMA3_8B = dict(n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, n_ff=14336, n_
 
 
 def write_llama_gguf(path: str | os.PathLike[str], *, n_embd: int, n_layer: int, n_head: int, n_head_kv: int,
-                     n_ff: int, n_vocab: int, n_ctx_train: int = 8192, with_data: bool = False) -> int:
-    """Write the model; returns the file's size (the data's end)."""
+                     n_ff: int, n_vocab: int, n_ctx_train: int = 8192, with_data: bool = False,
+                     architecture: str = "llama") -> int:
+    """Write the model; returns the file's size (the data's end). ``architecture`` names
+    another architecture with llama's keys and tensors (for the "unknown architecture" case)."""
     import numpy as np
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
     q4 = GGMLQuantizationType.Q4_0
     f32 = GGMLQuantizationType.F32
-    w = GGUFWriter(str(path), "llama")
+    w = GGUFWriter(str(path), architecture)
     w.add_name(f"llama-shape-{n_layer}x{n_embd}")
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)

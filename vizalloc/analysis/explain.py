@@ -253,16 +253,20 @@ def _phrase(g: Group) -> str:
     return f"the {g.words}{scope} ({who}: {how}{after})"
 
 
+def deciding_text(groups: Sequence[Group], deciding: Sequence[int]) -> str:
+    """``54% of it is the K·Q scores of one layer (kq-5: ...), and 20% of it the ...``: the
+    groups that decide a buffer's size, with their share of its peak."""
+    named = [groups[i] for i in deciding]
+    return ", and ".join(f"{_percent(g.share)} of it {'is ' if i == 0 else ''}{_phrase(g)}"
+                         for i, g in enumerate(named))
+
+
 def _sentence(buf_title: str, size: int, live: int, peak_tensor: str, groups: Sequence[Group],
               deciding: Sequence[int]) -> str:
     if not groups:
         return f"The {buf_title} holds nothing at any step of its plan."
-    first = f"At its peak, while {peak_tensor} is allocated, {live:,} B are live"
+    text = f"At its peak, while {peak_tensor} is allocated, {live:,} B are live; {deciding_text(groups, deciding)}."
     extra = size - live
-    named = [groups[i] for i in deciding]
-    parts = [f"{_percent(g.share)} of it {'is' if i == 0 else ''} {_phrase(g)}".replace("  ", " ")
-             for i, g in enumerate(named)]
-    text = f"{first}; " + ", and ".join(parts) + "."
     if extra > 0:
         text += (f" The buffer is {extra:,} B ({_percent(extra / size)}) more than that: fragmentation from the order "
                  "ggml's planner places tensors in.")

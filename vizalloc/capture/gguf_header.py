@@ -143,7 +143,23 @@ def _value(cur: _Cursor, vtype: int, depth: int = 0) -> tuple[Any, int]:
         if item_type not in (_STRING, _ARRAY):
             raise GGUFError(f"{cur.path}: unknown GGUF value type {item_type} in an array at byte {cur.pos:,}")
         items = []
-        for i in range(n):  # each item takes at least 8 bytes, so a false count ends at the file's end
+        if item_type == _STRING:
+            # the vocabulary: hundreds of thousands of strings, walked with their lengths only
+            data, pos, end = cur.data, cur.pos, len(cur.data)
+            for i in range(n):  # each item takes at least 8 bytes, so a false count ends at the file's end
+                if pos + 8 > end:
+                    cur.pos = pos
+                    cur.need(8)
+                length = int.from_bytes(data[pos:pos + 8], "little")
+                if pos + 8 + length > end:
+                    cur.pos = pos + 8
+                    cur.need(length)
+                if i < KEEP_ITEMS:
+                    items.append(bytes(data[pos + 8:pos + 8 + min(length, KEEP_STRING)]).decode("utf-8", "replace"))
+                pos += 8 + length
+            cur.pos = pos
+            return items, n
+        for i in range(n):
             v, _ = _value(cur, item_type, depth + 1)
             if i < KEEP_ITEMS:
                 items.append(v)

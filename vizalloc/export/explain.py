@@ -210,6 +210,10 @@ class SweepPoint:
     sentence: str = ""
 
 
+#: how the chart's legend names the settings
+_SERIES_NAMES = {"n_ubatch": "ubatch", "flash_attn": "fa", "n_batch": "batch", "n_ctx": "ctx"}
+
+
 def _nice_ticks(top: float, n: int = 5) -> list[float]:
     if top <= 0:
         return [0.0]
@@ -231,7 +235,7 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
         series.setdefault(key, []).append((float(p.setting[x_key]), p.sizes[buffer_title]))
     xs = sorted({x for pts in series.values() for x, _ in pts}) or [1.0]
     top_bytes = max((v for pts in series.values() for _, v in pts), default=1)
-    left, right, top_m, bottom_m = 90, 240, 70 + 15 * len(notes), 60
+    left, right, top_m, bottom_m = 90, 200, 70 + 15 * len(notes), 60
     height = 460 + 15 * len(notes)
     plot_w, plot_h = WIDTH - left - right, height - top_m - bottom_m
     lx0, lx1 = math.log2(xs[0]), math.log2(xs[-1])
@@ -270,6 +274,7 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
       f"{xml_escape(x_label)} (log scale)</text>\n")
     w(f'<rect x="{left}" y="{top_m}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333" '
       'stroke-width="0.8"/>\n')
+    labels: dict[float, list[tuple[float, str, str]]] = {}  # x -> (y, text, colour): placed apart below
     for i, (key, pts) in enumerate(sorted(series.items(), key=lambda kv: tuple(str(k) for k in kv[0]))):
         pts.sort()
         colour = PALETTE[i % len(PALETTE)]
@@ -278,13 +283,28 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
         for x, v in pts:
             w(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3.5" fill="{colour}"><title>'
               f"{xml_escape(f'{x_label} {int(x)}: {v:,} B')}</title></circle>\n")
-            w(f'<text x="{px(x) + 6:.1f}" y="{py(v) - 6:.1f}" font-size="10" fill="{colour}">{v / 1048576:.2f}'
-              "</text>\n")
-        name = ", ".join(f"{k} {v}" for k, v in zip(series_keys, key))
+            labels.setdefault(x, []).append((py(v), f"{v / 1048576:.2f}", colour))
+        name = ", ".join(f"{_SERIES_NAMES.get(k, k)} {v}" for k, v in zip(series_keys, key))
         ly = top_m + 10 + 18 * i
         w(f'<line x1="{left + plot_w + 16}" y1="{ly}" x2="{left + plot_w + 40}" y2="{ly}" stroke="{colour}" '
           'stroke-width="2"/>\n')
         w(f'<text x="{left + plot_w + 46}" y="{ly + 4}">{xml_escape(name, 40)}</text>\n')
+    for x, items in labels.items():
+        # right of the point, left of it at the right edge; pushed apart so none covers another
+        anchor, dx = ("end", -7) if x == xs[-1] and len(xs) > 1 else ("start", 7)
+        items.sort()
+        placed: list[float] = []
+        for y, text, colour in items:
+            yy = y + 4
+            if placed and yy - placed[-1] < 11:
+                yy = placed[-1] + 11
+            placed.append(yy)
+            tw = 5.8 * len(text)  # a white patch under the label, so a line crossing it does not hide it
+            tx = px(x) + dx - (tw if anchor == "end" else 0)
+            w(f'<rect x="{tx - 1:.1f}" y="{yy - 9:.1f}" width="{tw + 2:.1f}" height="11" fill="white" '
+              'fill-opacity="0.85"/>\n')
+            w(f'<text x="{px(x) + dx:.1f}" y="{yy:.1f}" text-anchor="{anchor}" font-size="10" fill="{colour}">'
+              f"{text}</text>\n")
     w("</svg>\n")
     return "".join(out)
 
