@@ -113,8 +113,23 @@ def fold_name(name: str) -> tuple[str, int | None]:
     return name[:m.start()] + "*" + name[m.end():], int(m.group(0))
 
 
+# ggml's scheduler names the copy of a tensor read on another backend "<backend>#<name>#<copy>"
+_SCHED_COPY = re.compile(r"^([^#]+)#(.+)#(\d+)$")
+
+
 def tensor_kind(folded: str) -> TensorKind | None:
-    """What llama.cpp calls a tensor of this (folded) name, if it is one of its own."""
+    """What llama.cpp calls a tensor of this (folded) name, if it is one of its own; a
+    scheduler's input copy of one (``CUDA0#attn_inp_kq_mask#0``) is its copy.
+
+        >>> tensor_kind("kq-*").words, tensor_kind("CUDA0#attn_inp_kq_mask#0").words
+        ('K·Q scores', 'copy of the attention mask on CUDA0')
+    """
+    copy = _SCHED_COPY.match(folded)
+    if copy is not None:
+        inner = tensor_kind(copy.group(2))
+        words = f"copy of the {inner.words} on {copy.group(1)}" if inner is not None else \
+            f"copy of {copy.group(2)} on {copy.group(1)}"
+        return TensorKind(words, inner.dims if inner is not None else ())
     base = folded[:-2] if folded.endswith("-*") else folded
     return LLAMA_TENSORS.get(base)
 
@@ -129,7 +144,7 @@ def trimmed(ne: Sequence[int]) -> tuple[int, ...]:
 def dim_names(kind: TensorKind | None, shape: Sequence[int], hints: Mapping[str, int] | None = None) -> tuple[str, ...]:
     """A name per dimension of ``shape`` ("" when unknown); ``hints`` rename a dimension
     whose size equals the hinted setting (``n_kv`` -> ``n_ctx``)."""
-    if kind is None:
+    if kind is None or not kind.dims:
         return ("",) * len(shape)
     names = list(kind.dims[:len(shape)]) + [""] * max(0, len(shape) - len(kind.dims))
     if len(kind.dims) < len(shape):

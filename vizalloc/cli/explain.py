@@ -98,9 +98,6 @@ def execute(args: argparse.Namespace) -> int:
     if is_gguf(path):
         from vizalloc.cli import explain_model
 
-        if args.device != "cpu":
-            raise UsageError("--device cuda is not in this vizalloc yet")
-
         return explain_model.execute_model(args, out_kind)
     if path.lower().endswith(".gguf"):
         raise UsageError(f"{path} is not a GGUF model file (it does not start with 'GGUF'): is it a complete "

@@ -52,6 +52,9 @@ class ModelRun:
     allocated: dict[str, int] = field(default_factory=dict)     # buffer type -> bytes the process allocated
     seconds: float = 0.0
     trace: str = ""
+    #: with --device cuda: the CPU capture's own explanation, and the simulated split
+    cpu_explanation: Any = None
+    prediction: Any = None
 
 
 def settings_of(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -90,7 +93,8 @@ def _check_settings(setting: dict[str, Any]) -> None:
 
 
 def run_setting(model_path: str, setting: dict[str, Any], workdir: str, *, no_alloc: bool, threads: int,
-                keep_trace: str | None, force: bool, display: str = "") -> ModelRun:
+                keep_trace: str | None, force: bool, display: str = "", device: str = "cpu",
+                n_layer: int = 0, n_gpu_layers: int | None = None) -> ModelRun:
     """Create llama.cpp's context for one setting under the capture and explain the trace."""
     import json
 
@@ -129,7 +133,13 @@ def run_setting(model_path: str, setting: dict[str, Any], workdir: str, *, no_al
                                 f"n_ubatch {setting['n_ubatch']}); its output ends: {_tail(stderr)}")
     model = build_model(load(trace_file))
     expl = _name_buffers(explain(model, hints=hints), [b.buft for b in buffers])
-    return ModelRun(setting, expl, report,
+    cpu_expl, prediction = None, None
+    if device == "cuda":
+        from vizalloc.replay.cuda_split import predict_cuda
+
+        prediction = predict_cuda(model, n_layer=n_layer, n_gpu_layers=n_gpu_layers)
+        cpu_expl, expl = expl, explain(build_model(prediction.events), hints=hints)
+    return ModelRun(setting, expl, report, cpu_explanation=cpu_expl, prediction=prediction,
                     logged={str(n): str(v) for n, v in report.get("compute_buffers", [])},
                     logged_exact={str(n): str(v) for n, v in report.get("compute_buffers_exact", [])},
                     allocated={b.buft: b.allocated for b in buffers if b.allocated is not None},
@@ -209,10 +219,21 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     from vizalloc.capture.gguf_header import check_complete, read_header, write_metadata_only
     from vizalloc.cli.explain import emit, print_tables, write_output
 
+    if args.n_gpu_layers is not None and args.device != "cuda":
+        raise UsageError("--n-gpu-layers applies to --device cuda")
+    if args.n_gpu_layers is not None and args.n_gpu_layers < 0:
+        raise UsageError(f"--n-gpu-layers {args.n_gpu_layers}: give 0 or more (default: every layer)")
     settings = settings_of(args)
     for s in settings:
         _check_settings(s)
     header = read_header(args.input)
+    n_layer = 0
+    if args.device == "cuda":
+        blocks = header.hparam("block_count")
+        if not isinstance(blocks, int) or blocks <= 0:
+            raise UsageError(f"--device cuda needs the model's layer count, {header.architecture}.block_count, which "
+                             f"{args.input}'s header does not give")
+        n_layer = blocks
     if not args.metadata_only:
         check_complete(header)
     if args.trace and len(settings) > 1:
@@ -235,7 +256,8 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
                 if progress is not None:
                     progress.start(i, _setting_text(setting))
                 runs.append(run_setting(model_path, setting, tmp, no_alloc=args.metadata_only,
-                                        threads=args.threads, keep_trace=args.trace, force=args.force, display=name))
+                                        threads=args.threads, keep_trace=args.trace, force=args.force, display=name,
+                                        device=args.device, n_layer=n_layer, n_gpu_layers=args.n_gpu_layers))
         finally:
             if progress is not None:
                 progress.stop()
@@ -246,6 +268,9 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
         notes = [_note(name, header, run, args.metadata_only)]
         source["setting"] = run.setting
         extra = {"llama": _llama_dict(run)}
+        if run.prediction is not None:
+            notes.append(_cuda_note(run))
+            extra["predicted"] = _predicted_dict(run)
         emit(args, out_kind, run.explanation, source=source, title=name, notes=notes, extra=extra,
              rows_extra=lambda b: _logged_rows(b, run))
         return 0
@@ -288,6 +313,25 @@ def _same(nbytes: int, logged: str | None, decimals: int) -> bool | None:
     if logged is None:
         return None
     return f"{nbytes / 1048576:.{decimals}f}" == logged
+
+
+def _cuda_note(run: ModelRun) -> str:
+    p = run.prediction
+    ngl = p.placement.n_gpu_layers
+    layers = "every layer and the output" if p.placement.output_on_gpu else \
+        f"{max(0, min(ngl, p.placement.n_layer))} of {p.placement.n_layer} layers"
+    cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
+    return (f"predicted for one CUDA GPU with {layers} offloaded ({p.n_splits} graph splits): llama.cpp's CPU "
+            f"graph replayed through vizalloc's scheduler with a simulated CUDA0 + CUDA_Host; the CPU-only run "
+            f"itself: {cpu} (see `vizalloc explain --help` for what the simulation assumes)")
+
+
+def _predicted_dict(run: ModelRun) -> dict[str, Any]:
+    p = run.prediction
+    return {"device": "cuda", "n_layer": p.placement.n_layer, "n_gpu_layers": p.placement.n_gpu_layers,
+            "output_on_gpu": p.placement.output_on_gpu, "sizes": dict(p.sizes), "n_splits": p.n_splits,
+            "cpu_only": {b.buft: b.size for b in run.cpu_explanation.buffers} if run.cpu_explanation else {},
+            "notes": list(p.notes)}
 
 
 def _logged_rows(b: Any, run: ModelRun) -> list[tuple[str, str, str, str]]:
@@ -359,8 +403,10 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
         logged = {f"{k} compute buffer": f"{v} MiB" for k, v in run.logged.items()}
         top = run.explanation.buffers[0] if run.explanation.buffers else None
         points.append(SweepPoint(dict(run.setting), sizes, logged, top.sentence if top else ""))
-        docs.append(explanation_dict(run.explanation, source={**source, "setting": run.setting},
-                                     extra={"llama": _llama_dict(run)}))
+        extra = {"llama": _llama_dict(run)}
+        if run.prediction is not None:
+            extra["predicted"] = _predicted_dict(run)
+        docs.append(explanation_dict(run.explanation, source={**source, "setting": run.setting}, extra=extra))
     titles = list(dict.fromkeys(t for p in points for t in p.sizes))
     if args.json or args.output == "-":
         sys.stdout.write(json.dumps(sweep_dict(points, docs), indent=1) + "\n")
