@@ -24,7 +24,13 @@ download nor its memory. ``--sweep`` runs every combination of the settings, eac
 fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the
 compute buffer against the context size). ``--device cuda`` predicts the GPU and host
 compute buffers llama.cpp would log as CUDA0 and CUDA_Host, by replaying the captured
-graph through vizalloc's scheduler with a simulated CUDA backend.
+graph through vizalloc's scheduler with a simulated CUDA backend: the weights and KV cache
+of offloaded layers in device memory (layer il on the GPU when il >= n_layer -
+--n-gpu-layers, the output layer when every layer is), the token embeddings and graph
+inputs on the host, ggml-cuda's alignment (128) and offload rule (a batch of 32 or more),
+llama.cpp's assignment of norm-<il> to its layer's device. Not modelled: several GPUs,
+quantized-row padding in CUDA buffers, CPU_REPACK weights of CPU layers, and whatever a
+CUDA build of llama.cpp builds differently from the CPU build's graph.
 
 Exit codes: 0 explained; 2 bad input (not a trace or a GGUF, a GGUF cut inside its
 header, or cut anywhere without --metadata-only, an architecture or setting llama.cpp

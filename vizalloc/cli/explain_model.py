@@ -390,6 +390,7 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
     import json
 
     from rich.table import Table
+    from rich.text import Text
 
     from vizalloc.cli.console import stdout_console
     from vizalloc.cli.explain import write_output
@@ -434,7 +435,7 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
                                                      (" ✓" if lg == mib(size) else " ✗")))
             top = run.explanation.buffers[0].groups[0] if run.explanation.buffers and \
                 run.explanation.buffers[0].groups else None
-            row.append(f"{inert(top.label, 40)} {top.share * 100:.0f}%" if top else "")
+            row.append(Text(f"{inert(top.label, 40)} {top.share * 100:.0f}%") if top else "")
             table.add_row(*row)
         console.print(table)
         if any(not r.report for r in runs):
