@@ -130,7 +130,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
             err.write(f"    ggml {lib.version} from {lib.path}\n")
-        if result.saw_ggml and result.libraries:
+        if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
             for b in result.compute_buffers:
