@@ -426,7 +426,7 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
             fa = str(p.setting["flash_attn"])
             if fa == "auto" and run.report.get("flash_attn"):
                 fa = f"auto→{run.report['flash_attn']}"
-            row = [str(p.setting["n_ctx"]), str(p.setting["n_ubatch"]), fa]
+            row: list[str | Text] = [str(p.setting["n_ctx"]), str(p.setting["n_ubatch"]), fa]
             for t in titles:
                 size = p.sizes.get(t)
                 row += [f"{size:,}", f"{size / 1048576:.2f}"] if size is not None else ["-", "-"]
