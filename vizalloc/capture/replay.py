@@ -55,6 +55,17 @@ class CaptureImportError(VizallocError):
 _USAGES = {0: Usage.ANY, 1: Usage.WEIGHTS, 2: Usage.COMPUTE}
 
 
+@dataclass(frozen=True)
+class ComputeBuffer:
+    """One buffer of a graph allocator after its last plan: the bytes vizalloc's replay
+    planned, and the bytes of the buffers the real allocator held then (as the capture saw
+    them with ``ggml_backend_buffer_get_size``; None if it held none)."""
+
+    buft: str
+    planned: int
+    allocated: int | None
+
+
 @dataclass
 class ImportResult:
     """What the import found, for the command line to report."""
@@ -71,8 +82,8 @@ class ImportResult:
     computes: int = 0
     buffers: int = 0
     notes: list[str] = field(default_factory=list)
-    #: per compute buffer of the last plan of each allocator: (buffer type, bytes)
-    compute_buffers: list[tuple[str, int]] = field(default_factory=list)
+    #: the buffers of each graph allocator's last plan, as replayed and as the process had them
+    compute_buffers: list[ComputeBuffer] = field(default_factory=list)
 
     @property
     def saw_ggml(self) -> bool:
@@ -94,6 +105,7 @@ class _RealBuffer:
     size: int
     mirror: Buffer | None  # None for a multi-buffer (no base of its own)
     galloc: int = 0        # the graph allocator owning it as a chunk, if any
+    buft: int = 0          # its buffer type (for chunks of a graph allocator)
 
     def holds(self, address: int) -> bool:
         return self.base <= address < self.base + max(self.size, 1)
@@ -167,7 +179,7 @@ class Importer:
         self._unknown_memory: dict[int, Buffer] = {}
         self._compute_ids = itertools.count()
         self._placeholder: Buffer | None = None
-        self._buffer_sizes: dict[int, list[tuple[str, int]]] = {}
+        self._buffer_sizes: dict[int, list[ComputeBuffer]] = {}
 
     # -- driving -------------------------------------------------------------------------
     def run(self) -> ImportResult:
@@ -304,12 +316,12 @@ class Importer:
             self._mismatch("buffers", -1, f"a {r.size}-byte buffer", "no new buffer", call)
             buft = self.bufts[r.buft]
             mirror = buft.alloc_buffer(r.size, _USAGES.get(r.usage, Usage.ANY), cause="real allocator (not replayed)")
-            self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc))
+            self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc, r.buft))
             return
         mirror = call.new_chunks.pop(0)
         if mirror.nbytes != r.size:
             self._mismatch("buffer_size", -1, f"{r.size} bytes", f"{mirror.nbytes} bytes (buffer #{mirror.id})", call)
-        self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc))
+        self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror, r.owner_galloc, r.buft))
 
     def _buffer_free(self, r: rf.BufferFree) -> None:
         rb = self.buffers.pop(r.buffer, None)
@@ -670,7 +682,16 @@ class Importer:
             self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", call)
         ga = open_.galloc.ga if open_.galloc else None
         if ga is not None and open_.sizes is None:
-            self._buffer_sizes[id(ga)] = [(buft.name, ga.buffer_size(i)) for i, buft in enumerate(ga.bufts)]
+            real = [rb for rb in self.buffers.values() if rb.galloc == open_.call.obj]
+            sizes = []
+            for i, buft in enumerate(ga.bufts):
+                held = [rb.size for rb in real if self.bufts.get(rb.buft) is buft]
+                sizes.append(ComputeBuffer(buft.name, ga.buffer_size(i), sum(held) if held else None))
+            self._buffer_sizes[id(ga)] = sizes
+        elif ga is not None and open_.sizes is not None:
+            # a measurement without buffers (llama.cpp's no_alloc): what the buffers would need
+            self._buffer_sizes[id(ga)] = [ComputeBuffer(buft.name, size, None)
+                                          for buft, size in zip(ga.bufts, open_.sizes)]
 
     def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
         graph = self._graph(call)
@@ -691,9 +712,9 @@ class Importer:
         version = self._version(call.call.lib)
         recorder.emit(ev.ReplayMismatch, what, tensor_id, observed, replayed, call.call.kind.function, version)
 
-    def _compute_buffers(self) -> list[tuple[str, int]]:
+    def _compute_buffers(self) -> list[ComputeBuffer]:
         """The buffers of each graph allocator's last plan (freed allocators included)."""
-        return [(name, size) for sizes in self._buffer_sizes.values() for name, size in sizes if size]
+        return [b for sizes in self._buffer_sizes.values() for b in sizes if b.planned or b.allocated]
 
 
 def _describe_placement(t: Tensor) -> str:

@@ -114,7 +114,6 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
     from vizalloc.files import check_new
-    from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
         raise UsageError("--capture-values records tensor contents through vizalloc's runtime; a real program's "
@@ -134,8 +133,13 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
-            for name, size in result.compute_buffers:
-                err.write(f"    {name} compute buffer: {size:,} bytes ({format_nbytes(size)})\n")
+            for b in result.compute_buffers:
+                # MiB with two decimals, as llama.cpp logs its compute buffers
+                real = ("allocated by the process: none" if b.allocated is None else
+                        "the same as the process allocated" if b.allocated == b.planned else
+                        f"the process allocated {b.allocated:,} bytes")
+                err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes ({b.planned / 2**20:.2f} MiB) planned by the "
+                          f"replay, {real}\n")
         for note in result.notes:
             err.write(f"    note: {note}\n")
         if result.cut_at is not None:
