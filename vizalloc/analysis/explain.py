@@ -27,7 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vizalloc.analysis.model import NEVER, TYPE_SIZES, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import NEVER, TYPE_SIZES
 from vizalloc.analysis.quality import Block, plan_quality
 
 #: ``vizalloc explain --json`` writes this in its ``schema`` key (docs/explain-schema.md)

@@ -44,7 +44,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from vizalloc.analysis.model import PlanInfo, TraceModel
+from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.records import PlanInfo
 from vizalloc.errors import UsageError
 from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
