@@ -1,8 +1,10 @@
 """Dependencies point one way: runtime → trace → analysis → export / tui → cli.
 
 ``replay`` is the one way back from trace data into the runtime; ``capture`` turns a real
-ggml process's record into trace events through the runtime's allocators. The test walks every
-module's imports (top level and inside functions) with ``ast``.
+ggml process's record into trace events through the runtime's allocators; ``casefile``
+drives the runtime from case files. Modules at the package root (``errors.py``,
+``text.py``) import nothing of vizalloc, so every layer may use them. The test walks
+every module's imports (top level and inside functions) with ``ast``.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ ALLOWED: dict[str, set[str]] = {
     "trace": set(),
     "analysis": {"trace"},
     "replay": {"runtime", "trace", "analysis"},
+    # case files drive the runtime from outside (a test harness, `vizalloc plan`), like
+    # replay; their overlap report uses the analysis' both_live rule and rectangle sweep
+    "casefile": {"runtime", "trace", "analysis"},
     # a real ggml process: its record is replayed through the runtime's allocators into
     # ordinary trace events; it never reaches into the analysis
     "capture": {"runtime", "trace"},
     "export": {"trace", "analysis"},
     "tui": {"trace", "analysis", "export"},
     "scenarios": {"runtime", "trace"},
-    "cli": {"runtime", "trace", "analysis", "replay", "capture", "export", "tui", "scenarios"},
+    "cli": {"runtime", "trace", "analysis", "replay", "casefile", "capture", "export", "tui", "scenarios"},
 }
 
 # top-level modules every layer may import
@@ -68,6 +73,16 @@ def test_imports_point_one_way(layer: str, path: Path) -> None:
         if layer == "runtime" and target == "trace":
             module = ".".join(parts[:3])
             assert module in RUNTIME_TRACE_MODULES, f"{path.relative_to(PACKAGE)} imports {name}: the runtime sees only trace.events/recorder"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
+def test_root_modules_import_no_subpackage(path: Path) -> None:
+    if path.name in ("__init__.py", "__main__.py"):
+        return  # the package's lazy public names and the console entry point
+    for name in _imports(path):
+        parts = name.split(".")
+        assert parts[0] != "vizalloc" or len(parts) < 2 or parts[1] in ("errors", "text"), (
+            f"{path.name} imports {name}: root modules are below every layer")
 
 
 def test_cupy_only_in_its_backend() -> None:

@@ -43,6 +43,10 @@ class AllocationError(TensorMemoryError):
         self.available = available
 
 
+class BoundsError(TensorMemoryError):
+    """An offset, byte range, index or stride reaches outside a tensor's own memory."""
+
+
 class DanglingPointerError(TensorMemoryError):
     """Strict mode: a tensor points into a buffer that has been freed."""
 

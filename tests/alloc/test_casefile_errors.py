@@ -11,7 +11,7 @@ import pytest
 
 from vizalloc import cli
 from vizalloc.errors import CaseFormatError
-from vizalloc.runtime.casefile import parse_case
+from vizalloc.casefile import parse_case
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 BASE = json.loads((GOLDEN / "ew03_parent_is_output.json").read_text())

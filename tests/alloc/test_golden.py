@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vizalloc import cli
-from vizalloc.runtime.casefile import compare_results, parse_case, replay_case
+from vizalloc.casefile import compare_results, parse_case, replay_case
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 CASES = sorted(GOLDEN.glob("*.json"))

@@ -11,7 +11,7 @@ import pytest
 
 from vizalloc.analysis.hazards import HazardKind, find_hazards
 from vizalloc.analysis.model import build_model
-from vizalloc.runtime.casefile import CaseReplay, parse_case
+from vizalloc.casefile import CaseReplay, parse_case
 from vizalloc.trace.recorder import StrictRecorder
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"

@@ -9,7 +9,7 @@ from vizalloc.analysis.diff import diff_models
 from vizalloc.analysis.hazards import HazardKind
 from vizalloc.analysis.model import build_model
 from vizalloc.analysis.quality import Block, greedy_by_size, peak_live, plan_quality
-from vizalloc.runtime.casefile import CaseReplay, parse_case
+from vizalloc.casefile import CaseReplay, parse_case
 from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 

@@ -12,7 +12,7 @@ from tests.export.scenarios import seed_stale
 from vizalloc.analysis.hazards import find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.export.dot import graph_dot, svg_text
-from vizalloc.export.escape import dot_html, dot_quoted, printable, xml_escape
+from vizalloc.export.escape import dot_html, dot_quoted, xml_escape
 from vizalloc.export.findings import highlights
 from vizalloc.export.layout import layout_svg
 from vizalloc.export.perfetto import perfetto_json
@@ -27,12 +27,6 @@ HOSTILE = (
     "&amp; &lt; &#60; ]]> <!-- -->",
     "x" * 5000,
 )
-
-
-def test_printable_escapes_controls_surrogates_and_bidi():
-    assert printable("a\nb\x00c\u202ed\ud800") == "a\\nb\\x00c\\u202ed\\ud800"
-    assert printable("caf\u00e9 \u4e2d") == "caf\u00e9 \u4e2d"
-    assert printable("abcdef", 4) == "abc\u2026"
 
 
 def test_dot_html_is_ascii_and_entity_escaped():

@@ -14,6 +14,7 @@ from vizalloc.errors import (
     GraphError,
     NoMemoryError,
     ShapeError,
+    UsageError,
     VizallocError,
 )
 from vizalloc.runtime import F16, F32, Context, Graph, Op, UnaryOp, set_output
@@ -66,7 +67,7 @@ def test_sim_backend_buffer_type_is_configurable() -> None:
     assert not sim.is_cpu
     buf = sim.alloc_buffer(1000)
     assert buf.buft is buft and buf.nbytes == 1000
-    with pytest.raises(ValueError, match="not a power of two"):
+    with pytest.raises(UsageError, match="not a power of two"):
         SimBackend(alignment=48)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from vizalloc.errors import (
     AllocationError,
+    BoundsError,
     DanglingPointerError,
     NoMemoryError,
     ShapeError,
@@ -126,15 +127,26 @@ def test_alloc_ctx_tensors_splits_at_max_size() -> None:
     # ggml §3.1: close the range when cur > 0 and cur + this > max_size
     small = BufferType("SMALL", alignment=32, max_size=128)
     ctx = Context()
-    sizes = [16, 16, 8, 40, 4]  # f32 elements -> padded bytes 64, 64, 32, 160, 32
+    sizes = [16, 16, 8, 24, 4]  # f32 elements -> padded bytes 64, 64, 32, 96, 32
     ts = [ctx.new_tensor_1d(F32, n, name=f"t{i}") for i, n in enumerate(sizes)]
     bufs = alloc_ctx_tensors(ctx, small, Usage.WEIGHTS)
     assert isinstance(bufs, list)
-    # [t0, t1] = 128 fits exactly; t2 starts a new one; t3 (160 > max) gets its own oversize buffer
-    assert [b.nbytes for b in bufs] == [128, 32, 160, 32]
-    assert [t.storage for t in ts] == [bufs[0], bufs[0], bufs[1], bufs[2], bufs[3]]
-    assert [t.offset for t in ts] == [0, 64, 0, 0, 0]
+    # [t0, t1] = 128 fits exactly; t2 starts a new one, t3 fills it to 128; t4 starts a third
+    assert [b.nbytes for b in bufs] == [128, 128, 32]
+    assert [t.storage for t in ts] == [bufs[0], bufs[0], bufs[1], bufs[1], bufs[2]]
+    assert [t.offset for t in ts] == [0, 64, 0, 32, 0]
     assert all(b.usage is Usage.WEIGHTS for b in bufs)
+
+
+def test_alloc_ctx_tensors_refuses_a_tensor_over_max_size() -> None:
+    # ggml asks the backend for a buffer of the tensor's own size; backends that set a
+    # max_size (Vulkan, Metal) refuse it and alloc_ctx_tensors returns NULL
+    small = BufferType("SMALL", alignment=32, max_size=128)
+    ctx = Context()
+    ctx.new_tensor_1d(F32, 16, name="fits")
+    ctx.new_tensor_1d(F32, 40, name="big")
+    with pytest.raises(AllocationError, match="'big' needs 160 bytes, more than the 128-byte max_size"):
+        alloc_ctx_tensors(ctx, small)
 
 
 def test_alloc_ctx_tensors_split_keeps_zero_size_entries_in_range() -> None:
@@ -199,7 +211,7 @@ def test_tensor_set_get_errors() -> None:
     alloc_ctx_tensors(ctx, CPU)
     with pytest.raises(ShapeError, match="'w' has 4 elements"):
         tensor_set(t, np.zeros(5, dtype=np.float32))
-    with pytest.raises(ShapeError, match="exceed"):
+    with pytest.raises(BoundsError, match=r"bytes \[12, 20\) are outside tensor 'w'"):
         tensor_set(t, np.zeros(2, dtype=np.float32), offset=12)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vizalloc.runtime.backends import CPUBackend
-from vizalloc.runtime.casefile import CaseReplay, compare_results, parse_case
+from vizalloc.casefile import CaseReplay, compare_results, parse_case
 from vizalloc.runtime.memory import clear_tensor_pointers
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.scenarios import shared_tensors as st
@@ -70,7 +70,7 @@ def test_scenario_loop_places_tensors_like_ggml(case_name, strategy):
         graph = net.gf if k % 2 == 0 else net.gb
         assert (graph.n_nodes, graph.n_leafs) == (len(step.nodes), len(step.leafs))
         # same ops at the same positions as ggml's graph
-        assert [n.op.name for n in graph.nodes] == [case.tensors[i]["op"] for i in step.nodes]
+        assert [n.op.name for n in graph.nodes] == [case.tensors[i].op.name for i in step.nodes]
         sched.reset()
         if strategy == "clear":
             for t in net.ctx.tensors():

@@ -35,6 +35,7 @@ from typing import Any
 
 from vizalloc.analysis.model import Placement, TraceModel
 from vizalloc.gcpause import gc_paused
+from vizalloc.text import inert
 from vizalloc.trace import events as ev
 
 #: at most this many step ids are kept per merged hazard (``occurrences`` stays exact)
@@ -119,7 +120,7 @@ class TensorRef:
 
     @property
     def label(self) -> str:
-        return f"'{_inert(self.name)}' (#{self.tensor_id})" if self.name else f"#{self.tensor_id}"
+        return f"'{inert(self.name)}' (#{self.tensor_id})" if self.name else f"#{self.tensor_id}"
 
     def describe(self) -> list[str]:
         shape = ",".join(str(n) for n in self.ne)
@@ -203,17 +204,12 @@ class Hazard:
         }
 
 
-def _inert(text: str) -> str:
-    """A name as inert printable text (control characters escaped)."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-
-
 def qlabel(model: TraceModel, tensor_id: int) -> str:
     """A tensor's name quoted and inert (``'h_pre'``), or ``#id`` when it has none."""
     info = model.tensors.get(tensor_id)
     if info is None or not info.name:
         return f"#{tensor_id}"
-    return f"'{_inert(info.name)}'"
+    return f"'{inert(info.name)}'"
 
 
 def _loc(loc: ev.Location | None) -> str:

@@ -127,7 +127,7 @@ class TensorInfo:
 
     @property
     def label(self) -> str:
-        """The name (inert text), or ``#id`` when unnamed."""
+        """The name as recorded (raw data: show it through ``vizalloc.text.inert``), or ``#id`` when unnamed."""
         return self.name if self.name else f"#{self.tensor_id}"
 
 

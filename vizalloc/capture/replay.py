@@ -216,8 +216,8 @@ class Importer:
         self.libs[r.lib] = r
         self.result.libraries.append(r)
         if r.status < 0:
-            note = (f"ggml {r.version} at {r.path}: not read ({r.reason}); this vizalloc knows the "
-                    f"{TENSOR_SIZE}-byte struct ggml_tensor of ggml 0.15.3 to 0.26.0")
+            note = (f"ggml {r.version} at {r.path} was not read: {r.reason} (vizalloc reads the layout of "
+                    "ggml 0.15.3 to 0.26.0)")
             self.result.notes.append(note)
             recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
             return

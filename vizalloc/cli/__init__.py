@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from vizalloc.errors import VizallocError
+from vizalloc.text import inert_lines
 
 #: The exit code of an exception that is not a ``VizallocError``: a bug in vizalloc.
 INTERNAL_ERROR = 3
@@ -111,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._module.execute(args))
     except VizallocError as exc:
-        print(f"vizalloc {args.command}: error: {exc}", file=sys.stderr)
+        # a message may quote names and paths from the file or the program: shown inert
+        print(f"vizalloc {args.command}: error: {inert_lines(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -188,15 +188,18 @@ def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: s
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        from vizalloc.text import inert_lines
+
+        # names, source paths and causes in a report come from the traced program
         out = sys.stdout
         # errors first, then warnings (re-plans); each group in the analysis' order
         shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
         for h in shown[:args.max_reports]:
-            out.write(h.report() + "\n\n")
+            out.write(inert_lines(h.report()) + "\n\n")
         if len(hazards) > args.max_reports:
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
         for r in shadows:
-            out.write(r.summary() + "\n\n")
+            out.write(inert_lines(r.summary()) + "\n\n")
         total = sum(found.values())
         listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
         verdict = "FAIL" if failing else "ok"

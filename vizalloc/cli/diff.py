@@ -20,6 +20,9 @@ from typing import Any
 from vizalloc.cli.check import analyse, load_model
 from vizalloc.cli.console import stdout_console
 
+#: Longest tensor name shown in a table cell (names are data: shown inert and cut).
+NAME_CHARS = 80
+
 
 #: Reads files only: the console script may end the process without freeing objects one by one.
 FAST_EXIT = True
@@ -33,10 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare only plan PLAN_A of A with plan PLAN_B of B (ids as 'summary' shows them)")
     parser.add_argument("--max-tensors", type=int, default=20, metavar="N",
                         help="tensor rows shown per plan in text mode (default: 20)")
-
-
-def _inert(text: str) -> str:
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 def _ordinal(n: int) -> str:
@@ -65,6 +64,8 @@ def _render(d: Any, max_tensors: int) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from vizalloc.text import inert
+
     console = stdout_console()
     delta = d.peak_buffer_bytes_b - d.peak_buffer_bytes_a
     console.print(Text(f"peak buffer bytes: {d.peak_buffer_bytes_a:,} -> {d.peak_buffer_bytes_b:,} ({delta:+,})"))
@@ -83,7 +84,8 @@ def _render(d: Any, max_tensors: int) -> None:
         for c in p.tensors[:max_tensors]:
             side_a = "" if c.offset_a < 0 else f"{c.slot_a}:{c.offset_a:,}+{c.nbytes_a:,}"
             side_b = "" if c.offset_b < 0 else f"{c.slot_b}:{c.offset_b:,}+{c.nbytes_b:,}"
-            name = _inert(c.name) + (f" ({_ordinal(c.position + 1)} of that name)" if c.name in repeated else "")
+            name = inert(c.name, NAME_CHARS) + (f" ({_ordinal(c.position + 1)} of that name)"
+                                                if c.name in repeated else "")
             t.add_row(Text(name), c.status, side_a, side_b)
         if len(p.tensors) > max_tensors:
             t.add_row(f"... {len(p.tensors) - max_tensors} more (--max-tensors N)", "", "", "")
@@ -98,8 +100,8 @@ def _render(d: Any, max_tensors: int) -> None:
         for col in ("kind", "tensor", "conflicting", "cause"):
             t.add_column(col)
         for h in items:
-            t.add_row(h.kind.value, Text(h.tensor.label if h.tensor else ""), Text(h.other.label if h.other else ""),
-                      h.cause)
+            t.add_row(h.kind.value, Text(inert(h.tensor.label, NAME_CHARS) if h.tensor else ""),
+                      Text(inert(h.other.label, NAME_CHARS) if h.other else ""), Text(inert(h.cause)))
         console.print(t)
     if d.is_empty:
         console.print("no differences")

@@ -38,6 +38,7 @@ import traceback
 from typing import Any
 
 from vizalloc.errors import UsageError
+from vizalloc.text import inert_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +136,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
             err.write(f"    ggml {lib.version} from {lib.path}\n")
-        if result.saw_ggml and result.libraries:
+        if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
             for b in result.compute_buffers:
@@ -221,7 +222,7 @@ def _check(path: str, out: Any) -> bool:
     hazards = find_hazards(build_model(load(path)))
     serious = [h for h in hazards if h.kind.value != "replan"]
     for h in serious[:5]:
-        out.write(h.report() + "\n\n")
+        out.write(inert_lines(h.report()) + "\n\n")
     if len(serious) > 5:
         out.write(f"... {len(serious) - 5} more; run: vizalloc check {path}\n")
     kinds: dict[str, int] = {}

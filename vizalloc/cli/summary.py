@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="blocks shown per plan peak (default: 5)")
 
 
-def _inert(text: str) -> str:
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+#: Longest text from the trace (a name, a cause) shown in a table cell: real ones are far
+#: shorter and never cut; a hostile 10,000-character name is.
+NAME_CHARS = 300
 
 
 def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
@@ -50,7 +51,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
         peak = []
         for s in q.slots:
             for blk in s.live_at_peak[:top]:
-                peak.append({"slot": s.slot, "tensors": [_inert(n) for n in blk.names], "offset": blk.offset,
+                peak.append({"slot": s.slot, "tensors": list(blk.names), "offset": blk.offset,
                              "nbytes": blk.nbytes})
         plans.append({
             "plan_id": p.plan_id, "galloc_id": p.galloc_id, "graph_id": p.graph_id, "n_nodes": p.n_nodes,
@@ -119,6 +120,12 @@ def _render(data: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from vizalloc.text import inert
+
+    def cell(text: str) -> Text:
+        # names are data from the traced program: inert, cut, never parsed as markup
+        return Text(inert(text, NAME_CHARS))
+
     console = stdout_console()   # into a file or a pipe: as wide as the tables need, nothing cut
     console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
                        f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
@@ -130,7 +137,7 @@ def _render(data: dict[str, Any]) -> None:
     for group in _groups(data["graphs"], lambda g: (g["kind"], g["nodes"], g["leafs"], g["source_graph"] >= 0)):
         g = group[0]
         sources = [x["source_graph"] for x in group if x["source_graph"] >= 0]
-        t.add_row(fold_ids([x["graph_id"] for x in group]), Text(g["kind"]), str(g["nodes"]), str(g["leafs"]),
+        t.add_row(fold_ids([x["graph_id"] for x in group]), cell(g["kind"]), str(g["nodes"]), str(g["leafs"]),
                   fold_ids(sources))
     console.print(t)
 
@@ -146,7 +153,7 @@ def _render(data: dict[str, Any]) -> None:
         p = group[0]
         ratio = f" ({p['plan_bytes'] / p['lower_bound_bytes']:.2f}x)" if p["lower_bound_bytes"] else ""
         t.add_row(fold_ids([x["plan_id"] for x in group]), fold_ids([x["galloc_id"] for x in group]),
-                  fold_ids([x["graph_id"] for x in group]), str(p["n_nodes"]), Text(",".join(p["causes"])),
+                  fold_ids([x["graph_id"] for x in group]), str(p["n_nodes"]), cell(",".join(p["causes"])),
                   f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}", f"{p['greedy_bytes']:,}",
                   f"{p['fragmentation_bytes']:,}", f"{p['padding_bytes']:,}")
     console.print(t)
@@ -162,7 +169,7 @@ def _render(data: dict[str, Any]) -> None:
             ids = fold_ids([x["plan_id"] for x in group])
             for k, blk in enumerate(group[0]["live_at_peak"]):
                 t.add_row(ids if k == 0 else "", str(blk["slot"]), f"{blk['offset']:,}", f"{blk['nbytes']:,}",
-                          Text(" <- ".join(blk["tensors"])))
+                          Text(" <- ".join(inert(n, NAME_CHARS) for n in blk["tensors"])))
         console.print(t)
 
     t = Table(title="buffers (equal ones folded)", title_justify="left")
@@ -180,9 +187,9 @@ def _render(data: dict[str, Any]) -> None:
         elif freed:
             when = f"{len(freed)}x, first at {freed[0]['freed_seq']}: {freed[0]['free_cause']}"
         places = sorted({x["placements"] for x in group})
-        t.add_row(fold_ids([x["buffer_id"] for x in group]), Text(b["backend"]), Text(b["buft"]), Text(b["usage"]),
+        t.add_row(fold_ids([x["buffer_id"] for x in group]), cell(b["backend"]), cell(b["buft"]), cell(b["usage"]),
                   f"{b['nbytes']:,}", fold_ids([x["pool_id"] for x in group]) if pooled else "",
-                  f"{b['slot']}/{b['chunk']}" if pooled else "", Text(when),
+                  f"{b['slot']}/{b['chunk']}" if pooled else "", cell(when),
                   str(places[0]) if len(places) == 1 else f"{places[0]}-{places[-1]}")
     console.print(t)
 

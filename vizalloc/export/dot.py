@@ -20,11 +20,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import VizallocError
-from vizalloc.export.escape import LABEL_CHARS, dot_html, dot_quoted, dot_quoted_lines
+from vizalloc.export.escape import LABEL_CHARS, LINE_CHARS, dot_html, dot_quoted, dot_quoted_lines
 from vizalloc.export.findings import Highlight
 from vizalloc.export.graph_fold import DEFAULT_FOLD, fold_groups, limit_nodes
 from vizalloc.export.graph_model import (
@@ -32,6 +32,7 @@ from vizalloc.export.graph_model import (
     build_graph_model,
 )
 from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape
+from vizalloc.text import inert
 
 #: Fill colours for buffers, in legend order (ColorBrewer Set3, light enough for black text).
 BUFFER_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
@@ -78,8 +79,8 @@ def _label(n: GNode) -> str:
     else:
         lines.append(dot_html(f"{n.op}  {n.dtype} {fmt_shape(n.shape)}"))
         if n.buffer_id >= 0:
-            lines.append(dot_html(f"buf #{n.buffer_id} {n.backend} {fmt_range(n.offset, n.offset + n.nbytes)} "
-                                  f"{fmt_bytes(n.nbytes)}"))
+            lines.append(dot_html(f"buf #{n.buffer_id} {inert(n.backend, NAME_IN_LINE)} "
+                                  f"{fmt_range(n.offset, n.offset + n.nbytes)} {fmt_bytes(n.nbytes)}", LINE_CHARS))
         else:
             lines.append("<I>no memory</I>")
         if n.role is NodeRole.COPY:
@@ -129,16 +130,26 @@ def _node_attrs(n: GNode, fills: dict[int, str], borders: dict[str, str]) -> str
             f'style="{",".join(style)}", fillcolor="{fill}", color="{colour}", penwidth={width}];')
 
 
+#: Longest backend or buffer-type name inside a line of a label.
+NAME_IN_LINE = 24
+
+
+def _buffer_line(b: Any) -> str:
+    """The buffer's title with its names cut (a name can be kilobytes long)."""
+    return buffer_title(b.buffer_id, inert(b.backend, NAME_IN_LINE), inert(b.buft, NAME_IN_LINE),
+                        inert(b.usage, NAME_IN_LINE), b.nbytes)
+
+
 def _legend(model: GraphModel, fills: dict[int, str], borders: dict[str, str]) -> str:
     rows = ['<TR><TD COLSPAN="2"><B>legend</B></TD></TR>']
     for b in model.buffers:
         freed = " (freed)" if b.freed else ""
         rows.append(f'<TR><TD BGCOLOR="{fills[b.buffer_id]}" WIDTH="18"> </TD><TD ALIGN="LEFT">'
-                    f"{dot_html(buffer_title(b.buffer_id, b.backend, b.buft, b.usage, b.nbytes) + freed)}"
+                    f"{dot_html(_buffer_line(b) + freed, LINE_CHARS)}"
                     "</TD></TR>")
     for name, colour in borders.items():
         rows.append(f'<TR><TD><FONT COLOR="{colour}"><B>[ ]</B></FONT></TD><TD ALIGN="LEFT">border: backend '
-                    f"{dot_html(name)}</TD></TR>")
+                    f"{dot_html(name, LABEL_CHARS)}</TD></TR>")
     for sample, text in (
         ('<FONT COLOR="#444444">----&gt;</FONT>', "reads (data edge)"),
         ('<FONT COLOR="#555555">- - -&gt;</FONT>', "view of (shares bytes)"),
@@ -156,9 +167,9 @@ def _legend(model: GraphModel, fills: dict[int, str], borders: dict[str, str]) -
 def iter_dot(model: GraphModel) -> Iterator[str]:
     """The DOT text of ``model``, one line at a time."""
     fills, borders = _palette(model)
-    title = dot_html(model.title)
+    title = dot_html(model.title, 2 * LINE_CHARS)
     if model.notes:
-        title += "<BR/>" + dot_html("; ".join(model.notes))
+        title += "<BR/>" + dot_html("; ".join(model.notes), 4 * LINE_CHARS)
     yield "digraph vizalloc {"
     yield (f'  graph [label=<{title}>, labelloc=t, fontname="Helvetica", fontsize=12, '
            "rankdir=TB, nodesep=0.25, ranksep=0.35];")
@@ -166,7 +177,7 @@ def iter_dot(model: GraphModel) -> Iterator[str]:
     yield '  edge [fontname="Helvetica", fontsize=8, arrowsize=0.7];'
     for c in model.clusters:
         yield f"  subgraph {c.key} {{"
-        yield (f"    label={dot_quoted(c.label)}; style=dashed; color={dot_quoted(borders.get(c.backend, '#333333'))};"
+        yield (f"    label={dot_quoted(c.label, LINE_CHARS)}; style=dashed; color={dot_quoted(borders.get(c.backend, '#333333'))};"
                " fontname=\"Helvetica\";")
         for m in c.members:
             yield f"    {m};"

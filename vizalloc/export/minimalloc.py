@@ -35,7 +35,7 @@ from typing import TextIO
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.quality import peak_live
 from vizalloc.errors import UsageError
-from vizalloc.export.escape import printable
+from vizalloc.text import inert
 from vizalloc.trace import events as ev
 
 
@@ -95,7 +95,7 @@ def csv_id(name: str, tensor_id: int) -> str:
         >>> csv_id("grad for W1", 22), csv_id('a,b"\\n', 3), csv_id("", 7)
         ('grad_for_W1#22', 'a_b__n#3', 't#7')
     """
-    return f"{_UNSAFE_ID.sub('_', printable(name, 40)) or 't'}#{tensor_id}"
+    return f"{_UNSAFE_ID.sub('_', inert(name, 40)) or 't'}#{tensor_id}"
 
 
 def plan_problems(model: TraceModel, plan_id: int) -> list[Problem]:

@@ -16,7 +16,7 @@ What goes where (``pid``/``tid`` are ours, chosen so related tracks sit together
 
 Timestamps are microseconds from the first event (``displayTimeUnit: ns``); events are
 sorted by timestamp, metadata first, so every track is monotone. Names are passed
-through :func:`vizalloc.export.escape.printable` (no raw control characters or lone
+through :func:`vizalloc.text.inert` (no raw control characters or lone
 surrogates reach the JSON).
 
     import io, json
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from vizalloc.analysis.model import NEVER, TraceModel
-from vizalloc.export.escape import printable
+from vizalloc.text import inert
 from vizalloc.export.findings import Highlight
 from vizalloc.export.units import fmt_bytes
 from vizalloc.trace import events as ev
@@ -89,7 +89,7 @@ def _us(t_ns: int, t0: int) -> float:
 
 
 def _name(model: TraceModel, tensor_id: int) -> str:
-    return printable(model.label(tensor_id), NAME_CHARS)
+    return inert(model.label(tensor_id), NAME_CHARS)
 
 
 def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> list[JsonEvent]:
@@ -114,7 +114,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
         if tid is None:
             tid = tids[name] = len(tids) + 1
             meta.append({"name": "thread_name", "ph": "M", "pid": COMPUTE_PID, "tid": tid,
-                         "args": {"name": f"backend {printable(name, NAME_CHARS)}"}})
+                         "args": {"name": f"backend {inert(name, NAME_CHARS)}"}})
         return tid
 
     for c in sorted(model.computes.values(), key=lambda c: c.begin_seq):
@@ -140,7 +140,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
     # 2. per buffer: metadata, lifetimes (async), placement instants, bytes counter
     for b in sorted(model.buffers.values(), key=lambda b: b.buffer_id):
         pid = BUFFER_PID_BASE + b.buffer_id
-        title = f"buffer #{b.buffer_id} {printable(b.backend, 40)} {printable(b.usage, 20)} {fmt_bytes(b.nbytes)}"
+        title = f"buffer #{b.buffer_id} {inert(b.backend, 40)} {inert(b.usage, 20)} {fmt_bytes(b.nbytes)}"
         meta += [
             {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": title}},
             {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": 1 + b.buffer_id}},
@@ -199,15 +199,15 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
             who += f" / {_name(model, f.other_id)}"
         out.append({"name": f"{f.kind}: {who}" if who else f.kind, "cat": "hazard", "ph": "i", "s": "g", "ts": ts,
                     "pid": COMPUTE_PID, "tid": 0,
-                    "args": {"kind": f.kind, "reason": printable(f.reason, 300), "tensor_id": f.tensor_id,
+                    "args": {"kind": f.kind, "reason": inert(f.reason, 300), "tensor_id": f.tensor_id,
                              "other_id": f.other_id, "binding_id": f.binding_id, "seq": f.seq}})
     for mk in model.markers:
-        out.append({"name": printable(mk.text, NAME_CHARS), "cat": "marker", "ph": "i", "s": "g",
+        out.append({"name": inert(mk.text, NAME_CHARS), "cat": "marker", "ph": "i", "s": "g",
                     "ts": _us(mk.t_ns, t0), "pid": COMPUTE_PID, "tid": 0, "args": {"seq": mk.seq}})
     for r in model.replans:
         out.append({"name": f"replan: {ev.enum_text(r.cause)}", "cat": "replan", "ph": "i", "s": "p",
                     "ts": _us(r.t_ns, t0), "pid": COMPUTE_PID, "tid": 0,
-                    "args": {"galloc_id": r.galloc_id, "detail": printable(r.detail, 300)}})
+                    "args": {"galloc_id": r.galloc_id, "detail": inert(r.detail, 300)}})
 
     # stable sort: "e" before "b" at the same time keeps per-id pairs ordered; X by start then longest first
     phase_order = {"e": 0, "X": 1, "b": 2, "C": 3, "i": 4}

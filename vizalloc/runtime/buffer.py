@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from vizalloc.errors import AllocationError, DanglingPointerError
+from vizalloc.errors import AllocationError, DanglingPointerError, UsageError
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
@@ -63,6 +64,16 @@ def _reserve_addresses(nbytes: int, alignment: int = 64) -> int:
     base = (_next_address + align - 1) & ~(align - 1)
     _next_address = (base + max(nbytes, 1) + _ADDRESS_GAP + 63) & ~63
     return base
+
+
+def whole_number(v: Any) -> int | None:
+    """``v`` as an int when it is one (Python or numpy integer, not a bool), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def pad(x: int, alignment: int) -> int:
@@ -155,11 +166,16 @@ class BufferType:
         is_host: bool = True,
         backend_name: str | None = None,
     ) -> None:
-        if alignment <= 0 or alignment & (alignment - 1):
-            raise ValueError(f"buffer type {name!r}: alignment {alignment} is not a power of two")
+        align = whole_number(alignment)
+        if align is None or align <= 0 or align & (align - 1):
+            raise UsageError(f"buffer type {name!r}: alignment {alignment!r} is not a power of two")
+        limit = None if max_size is None else whole_number(max_size)
+        if max_size is not None and (limit is None or not 0 < limit <= SIZE_MAX):
+            raise UsageError(f"buffer type {name!r}: max_size {max_size!r} must be a positive number of bytes "
+                             "(None: no limit, as ggml's SIZE_MAX)")
         self.name = name
-        self.alignment = alignment
-        self.max_size = SIZE_MAX if max_size is None else max_size
+        self.alignment = align
+        self.max_size = SIZE_MAX if limit is None else limit
         self.device = device
         self._alloc_size = alloc_size
         self.is_host = is_host
@@ -176,7 +192,11 @@ class BufferType:
         chunk: int = -1, cause: str = "",
     ) -> Buffer:
         """Allocate one buffer of ``nbytes`` (zero gives ggml's dummy zero-size buffer)."""
-        return Buffer(self, nbytes, usage, pool_id=pool_id, slot=slot, chunk=chunk, cause=cause)
+        size = whole_number(nbytes)
+        if size is None or size < 0:
+            raise AllocationError(f"cannot allocate a buffer of {nbytes!r:.40} bytes of type {self.name}: the size "
+                                  "must be a whole number of bytes, 0 or more")
+        return Buffer(self, size, usage, pool_id=pool_id, slot=slot, chunk=chunk, cause=cause)
 
     def __repr__(self) -> str:
         limit = "" if self.max_size == SIZE_MAX else f", max {self.max_size}"

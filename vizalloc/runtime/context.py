@@ -18,12 +18,13 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from vizalloc.errors import ContextError, ShapeError
-from vizalloc.runtime.buffer import BufferType, Usage, pad
+from vizalloc.errors import BoundsError, ContextError, ShapeError
+from vizalloc.runtime.buffer import BufferType, Usage, pad, whole_number
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.tensor import MAX_SRC, Op, Tensor, contiguous_strides
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
+from vizalloc.trace.events import ggml_nbytes
 
 _ctx_ids = itertools.count()
 _CONTEXT_ALIGNMENT = 16  # GGML_MEM_ALIGN
@@ -82,22 +83,33 @@ class Context:
             raise ContextError(
                 f"context {self.name!r} is full ({self.max_tensors} tensors); create it with a larger max_tensors"
             )
-        if len(ne) > 4 or any(n < 0 for n in ne):
-            raise ShapeError(f"tensor {name!r}: shape {list(ne)} must have 1..4 non-negative dimensions")
-        ne4 = tuple(ne) + (1,) * (4 - len(ne))
-        if view_src is not None and view_src.view_src is not None:
-            view_offs += view_src.view_offs
-            view_src = view_src.view_src
-        nb4 = tuple(nb) if nb is not None else contiguous_strides(dtype, ne4)  # type: ignore[arg-type]
+        ne4 = _shape(ne, name)
+        nb4 = contiguous_strides(dtype, ne4) if nb is None else _strides(nb, name)
         if view_src is not None:
-            # ggml_new_tensor_impl checks the element count, not the strided span
+            offs = view_offs if type(view_offs) is int else whole_number(view_offs)
+            if offs is None or offs < 0:
+                raise BoundsError(f"view {name!r} of {view_src.name!r}: offset {view_offs!r:.40} must be a "
+                                  "whole number of bytes, 0 or more")
+            view_offs = offs
+            if view_src.view_src is not None:
+                view_offs += view_src.view_offs
+                view_src = view_src.view_src
+            # ggml_new_tensor_impl checks the element count ...
             need = dtype.type_size * ne4[0] * ne4[1] * ne4[2] * ne4[3] // dtype.blck_size
             if need and view_offs + need > view_src.nbytes:
                 raise ShapeError(
                     f"view {name!r} of {view_src.name!r}: bytes [{view_offs}, {view_offs + need}) exceed the "
                     f"source's {view_src.nbytes} bytes"
                 )
-        t = Tensor(self, dtype, ne4, nb4, view_src, view_offs)  # type: ignore[arg-type]
+            # ... and vizalloc also the bytes the strides reach (where ggml would read past the source)
+            span = ggml_nbytes(dtype.type_size, dtype.blck_size, ne4, nb4)
+            if span and view_offs + span > view_src.nbytes:
+                raise BoundsError(
+                    f"view {name!r} of {view_src.name!r}: shape {list(ne4)} with strides {list(nb4)} at offset "
+                    f"{view_offs} reaches bytes [{view_offs}, {view_offs + span}), outside the source's "
+                    f"{view_src.nbytes} bytes"
+                )
+        t = Tensor(self, dtype, ne4, nb4, view_src, view_offs)
         t.op = op
         t.op_params = tuple(op_params)
         srcs = list(src)
@@ -197,6 +209,69 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<Context {self.name} {len(self._tensors)} tensors{' freed' if self.freed else ''}>"
+
+
+#: ggml keeps dimensions in int64_t and byte sizes in size_t and multiplies them: a
+#: dimension or element count this large would overflow its byte size in C.
+MAX_DIM = 2**62 - 1
+MAX_ELEMENTS = 2**60
+
+
+def _shape(ne: Sequence[int], name: str) -> tuple[int, int, int, int]:
+    """``ne`` padded to 4 dimensions; whole numbers only (numpy integers too), none negative."""
+    n = len(ne)
+    if n == 4:
+        a, b, c, d = ne
+    elif n == 2:
+        a, b = ne
+        c = d = 1
+    elif n == 1:
+        a, = ne
+        b = c = d = 1
+    elif n == 3:
+        a, b, c = ne
+        d = 1
+    else:
+        return _shape_checked(ne, name)
+    # the usual case, checked without a loop: this runs for every tensor made
+    if (type(a) is int and type(b) is int and type(c) is int and type(d) is int and 0 <= a <= MAX_DIM
+            and 0 <= b <= MAX_DIM and 0 <= c <= MAX_DIM and 0 <= d <= MAX_DIM and a * b * c * d <= MAX_ELEMENTS):
+        return ne if type(ne) is tuple and n == 4 else (a, b, c, d)
+    return _shape_checked(ne, name)
+
+
+def _shape_checked(ne: Sequence[int], name: str) -> tuple[int, int, int, int]:
+    if len(ne) > 4:
+        raise ShapeError(f"tensor {name!r}: shape {list(ne)!r:.80} has more than 4 dimensions")
+    fixed = []
+    for i, n in enumerate(ne):
+        v = whole_number(n)
+        if v is None or v < 0:
+            raise ShapeError(f"tensor {name!r}: dimension {i} is {n!r:.40}; dimensions are whole numbers, 0 or more "
+                             f"(shape {list(ne)!r:.80})")
+        fixed.append(v)
+    out = tuple(fixed) + (1,) * (4 - len(fixed))
+    if max(out) > MAX_DIM or out[0] * out[1] * out[2] * out[3] > MAX_ELEMENTS:
+        raise ShapeError(f"tensor {name!r}: shape {list(ne)} is larger than ggml's 64-bit sizes can hold "
+                         f"(at most {MAX_ELEMENTS:,} elements)")
+    return out  # type: ignore[return-value]
+
+
+def _strides(nb: Sequence[int], name: str) -> tuple[int, int, int, int]:
+    if len(nb) == 4:
+        a, b, c, d = nb
+        if type(a) is int and type(b) is int and type(c) is int and type(d) is int and min(a, b, c, d) >= 0:
+            return nb if type(nb) is tuple else (a, b, c, d)
+    if len(nb) != 4:
+        raise ShapeError(f"tensor {name!r}: strides {list(nb)!r:.80} must be 4 byte counts")
+    out = []
+    for i, n in enumerate(nb):
+        v = whole_number(n)
+        if v is None or v < 0:
+            raise BoundsError(f"tensor {name!r}: stride nb[{i}] is {n!r:.40}; strides are byte counts, 0 or more "
+                              "(ggml's size_t)")
+        out.append(v)
+    return tuple(out)  # type: ignore[return-value]
 
 
 def _params_for_trace(params: tuple[Any, ...]) -> tuple[int | float | str, ...]:

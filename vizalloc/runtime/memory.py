@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from vizalloc.errors import AllocationError, NoMemoryError, ShapeError
-from vizalloc.runtime.buffer import Buffer, Storage
+from vizalloc.errors import AllocationError, BoundsError, NoMemoryError, ShapeError
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, Storage
 from vizalloc.runtime.tensor import Tensor, label
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
-
 
 
 # -- placing ------------------------------------------------------------------
@@ -79,21 +78,31 @@ def clear_tensor_pointers(t: Tensor, by: str = "user") -> None:
         recorder.emit(ev.TensorCleared, t.id, by)
 
 
-# -- reaching the bytes -----------------------------------------------------------
-
 def tensor_array(t: Tensor) -> Any:
     """A strided array over ``t``'s bytes (numpy or cupy), shape ``(ne3, ne2, ne1, ne0)``.
 
     Writing into it writes the buffer: aliasing between tensors is real.
     """
+    storage = placed_storage(t)
+    return array_view(storage, t.data - storage.base, t)  # type: ignore[operator]
+
+
+def placed_storage(t: Tensor) -> Storage:
+    """The memory ``t`` points into; ``NoMemoryError`` when it has none (strict mode:
+    ``DanglingPointerError`` when that memory was freed)."""
     storage = t.storage
     if t.data is None or storage is None:
         raise NoMemoryError(
             f"tensor {label(t)} ({t.op.name}, {t.type.label}{list(t.ne)}) has no memory; "
             "allocate its graph or context before computing or reading it"
         )
+    if storage.xp is VIRTUAL:
+        raise NoMemoryError(
+            f"tensor {label(t)} lives in buffer #{storage.id}, which has addresses but no bytes (the plan of a "
+            "recorded process); its values cannot be read or written"
+        )
     storage.check_usable(t)
-    return array_view(storage, t.data - storage.base, t)
+    return storage
 
 
 def array_view(storage: Storage, offset: int, t: Tensor) -> Any:
@@ -117,28 +126,122 @@ def numpy_shape(t: Tensor) -> tuple[int, ...]:
     return tuple(reversed(ne))
 
 
+#: numpy kinds tensor_set takes: booleans, integers, unsigned integers, floats
+_NUMERIC_KINDS = frozenset("biuf")
+
+
+def _byte_count(t: Tensor, what: str, name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise BoundsError(f"{what}: tensor {label(t)}: {name} must be an integer number of bytes, "
+                          f"got {type(v).__name__} {v!r:.40}")
+    return int(v)
+
+
+def _check_range(t: Tensor, what: str, offset: int, nbytes: int) -> None:
+    """Bytes ``[offset, offset + nbytes)`` must lie inside ``t``'s own bytes (ggml asserts
+    ``offset + size <= ggml_nbytes(tensor)``, with size_t arguments that cannot be negative)."""
+    if offset < 0 or nbytes < 0 or offset + nbytes > t.nbytes:
+        raise BoundsError(f"{what}: bytes [{offset}, {offset + nbytes}) are outside tensor {label(t)} "
+                          f"({t.type.label}{list(t.ne)}, bytes [0, {t.nbytes})); a tensor's own bytes are the bound")
+
+
+def host_values(t: Tensor, values: Any, what: str = "tensor_set") -> np.ndarray:
+    """``values`` as a numpy array of ``t``'s element type, converted as documented in
+    :func:`tensor_set`; anything else is a ``ShapeError`` naming the tensor."""
+    if isinstance(values, np.ndarray):
+        src = values
+    else:
+        if isinstance(values, (str, bytes)):
+            raise ShapeError(f"{what}: tensor {label(t)} takes numbers, got {type(values).__name__} {values!r:.40}")
+        try:
+            src = np.asarray(values)
+        except (ValueError, TypeError) as exc:  # ragged nested lists, odd objects
+            raise ShapeError(f"{what}: tensor {label(t)} takes a rectangular array of numbers; "
+                             f"numpy cannot make one of the {type(values).__name__} given ({exc})") from None
+    kind = src.dtype.kind
+    if t.type.numpy is None:
+        # a block type (q4_0, ...) has no numpy equivalent: only its raw bytes can be given
+        if src.dtype != np.uint8:
+            raise ShapeError(f"{what}: tensor {label(t)} is {t.type.label} (blocks of {t.type.blck_size} elements "
+                             f"in {t.type.type_size} bytes), which numpy has no type for; pass its raw bytes as a "
+                             f"uint8 array, got {src.dtype}")
+        return src
+    if kind not in _NUMERIC_KINDS:
+        raise ShapeError(f"{what}: tensor {label(t)} ({t.type.label}) takes numbers, got an array of "
+                         f"{src.dtype} (kind {kind!r}); convert it first")
+    want = t.type.numpy
+    if src.dtype == want:
+        return src
+    if want.kind in "iu" and kind == "f":
+        # a float that is not a whole number has no i32 value (numpy would give INT_MIN for NaN)
+        bad = ~np.isfinite(src) | (src != np.round(src)) if src.size else np.zeros(0, dtype=bool)
+        if bad.any():
+            first = src.reshape(-1)[int(np.argmax(bad.reshape(-1)))].item()
+            raise ShapeError(f"{what}: tensor {label(t)} is {t.type.label}, and {first!r} has no integer value; "
+                             "round the data (or use a float tensor)")
+    if want.kind in "iu" and kind in "fiu" and src.size:
+        info = np.iinfo(want)
+        lo, hi = src.min().item(), src.max().item()
+        if lo < info.min or hi > info.max:
+            raise ShapeError(f"{what}: tensor {label(t)} is {t.type.label}, and the data holds "
+                             f"{lo if lo < info.min else hi!r}, outside [{info.min}, {info.max}]")
+    with np.errstate(over="ignore"):  # a float beyond f16/f32 becomes inf, as a C cast
+        return src.astype(want)
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
 def tensor_set(t: Tensor, values: Any, offset: int = 0, nbytes: int | None = None) -> None:
-    """``ggml_backend_tensor_set``: copy ``values`` into ``t``'s bytes (whole tensor, or a byte range)."""
-    arr = tensor_array(t)
-    xp = t.storage.xp  # type: ignore[union-attr]
-    src = np.asarray(values) if xp is np else xp.asarray(values)
-    if offset == 0 and nbytes is None:
-        if src.size != t.nelements:
-            raise ShapeError(
-                f"tensor_set: tensor {label(t)} has {t.nelements} elements {list(t.ne)}, got {src.size}"
-            )
-        arr[...] = src.reshape(arr.shape).astype(t.type.numpy, copy=False)
+    """``ggml_backend_tensor_set``: copy ``values`` into ``t``'s bytes (whole tensor, or a byte range).
+
+    ``values`` is anything numpy turns into a rectangular array of numbers. It is
+    converted to the tensor's element type explicitly: floats of any width are rounded to
+    f32/f16 as numpy does (beyond their range: inf, as a C cast), integers and booleans become their value; a float into an i32
+    tensor must be a whole number and an integer must fit i32 (else ``ShapeError``, never
+    numpy's silent INT_MIN or wrap-around). Strings, objects and ragged lists are refused.
+
+    The whole tensor takes an array of its numpy shape (``ne`` reversed, see
+    :func:`tensor_get`), of any shape that differs from it only by dimensions of 1, or a
+    flat array of all its elements in memory order. An array of another shape with the
+    same number of elements is refused (a transposed array would silently scramble the
+    tensor): pass ``a.T``, ``a.reshape(...)`` or ``a.ravel()`` to say what you mean.
+
+    With ``offset`` or ``nbytes``, the bytes of the converted values go to bytes
+    ``[offset, offset + nbytes)`` of the tensor (``nbytes`` defaults to all of them). The
+    range must lie inside the tensor's own bytes and ``nbytes`` may not exceed the data
+    (``BoundsError``). A block type (q4_0, q8_0, ...) takes its raw bytes as ``uint8``,
+    always written as a byte range.
+    """
+    t.check_alive()
+    storage = placed_storage(t)
+    assert t.data is not None
+    xp = storage.xp
+    src = host_values(t, values)
+    if offset == 0 and nbytes is None and t.type.numpy is not None:
+        arr = array_view(storage, t.data - storage.base, t)
+        if src.shape != arr.shape:
+            if src.size != t.nelements:
+                raise ShapeError(f"tensor_set: tensor {label(t)} has {t.nelements} elements "
+                                 f"(numpy shape {numpy_shape(t)}), got {src.size} (shape {src.shape})")
+            if src.ndim != 1 and _squeezed(src.shape) != _squeezed(arr.shape):
+                hint = " (it looks transposed)" if _squeezed(src.shape)[::-1] == _squeezed(arr.shape) else ""
+                raise ShapeError(f"tensor_set: tensor {label(t)} has numpy shape {numpy_shape(t)} "
+                                 f"(ne {list(t.ne)}), got an array of shape {src.shape}{hint}; pass a.T, "
+                                 "a.reshape(...) or a.ravel() to say which element goes where")
+            src = src.reshape(arr.shape)
+        arr[...] = src if xp is np else xp.asarray(src)
         nbytes = t.nbytes
     else:
-        if not t.is_contiguous:
-            raise ShapeError(f"tensor_set with a byte range needs a contiguous tensor; {label(t)} is not")
-        raw = src.astype(t.type.numpy, copy=False).view(np.uint8).reshape(-1) if xp is np else \
-            src.astype(t.type.numpy, copy=False).view(xp.uint8).reshape(-1)
-        nbytes = raw.size if nbytes is None else nbytes
-        if offset + nbytes > t.nbytes:
-            raise ShapeError(f"tensor_set: bytes [{offset}, {offset + nbytes}) exceed tensor {label(t)}'s {t.nbytes}")
-        start = t.data - t.storage.base + offset  # type: ignore[operator,union-attr]
-        t.storage.mem[start:start + nbytes] = raw[:nbytes]  # type: ignore[union-attr]
+        raw = src.reshape(-1).view(np.uint8)
+        offset = _byte_count(t, "tensor_set", "offset", offset)
+        nbytes = raw.size if nbytes is None else _byte_count(t, "tensor_set", "nbytes", nbytes)
+        _check_range(t, "tensor_set", offset, nbytes)
+        if nbytes > raw.size:
+            raise BoundsError(f"tensor_set: {nbytes} bytes asked for tensor {label(t)}, the data has {raw.size}")
+        start = t.data - storage.base + offset
+        storage.mem[start:start + nbytes] = raw[:nbytes] if xp is np else xp.asarray(raw[:nbytes])
     if recorder.active():
         recorder.emit(ev.TensorSet, t.id, offset, nbytes)
 
@@ -148,18 +251,24 @@ def tensor_get(t: Tensor, offset: int = 0, nbytes: int | None = None) -> np.ndar
 
     The whole tensor comes back in numpy order: ``ne`` reversed, with ggml's unused
     outer dimensions of 1 dropped (``ne = (4, 3, 1, 1)`` gives shape ``(3, 4)``). A byte
-    range comes back as raw ``uint8``.
+    range (inside the tensor's own bytes, else ``BoundsError``), or any part of a block
+    type (q4_0, ...), comes back as raw ``uint8``.
     """
-    arr = tensor_array(t)
-    if offset == 0 and nbytes is None:
-        out = arr.copy() if t.storage.xp is np else t.storage.xp.asnumpy(arr)  # type: ignore[union-attr]
+    t.check_alive()
+    storage = placed_storage(t)
+    assert t.data is not None
+    if offset == 0 and nbytes is None and t.type.numpy is not None:
+        arr = array_view(storage, t.data - storage.base, t)
+        out = arr.copy() if storage.xp is np else storage.xp.asnumpy(arr)
         out = out.reshape(numpy_shape(t))
         nbytes = t.nbytes
     else:
-        start = t.data - t.storage.base + offset  # type: ignore[operator,union-attr]
-        nbytes = t.nbytes - offset if nbytes is None else nbytes
-        raw = t.storage.mem[start:start + nbytes]  # type: ignore[union-attr]
-        out = raw.copy() if t.storage.xp is np else t.storage.xp.asnumpy(raw)  # type: ignore[union-attr]
+        offset = _byte_count(t, "tensor_get", "offset", offset)
+        nbytes = t.nbytes - offset if nbytes is None else _byte_count(t, "tensor_get", "nbytes", nbytes)
+        _check_range(t, "tensor_get", offset, nbytes)
+        start = t.data - storage.base + offset
+        raw = storage.mem[start:start + nbytes]
+        out = raw.copy() if storage.xp is np else storage.xp.asnumpy(raw)
     if recorder.active():
         recorder.emit(ev.TensorGet, t.id, offset, nbytes)
     return out
@@ -167,6 +276,10 @@ def tensor_get(t: Tensor, offset: int = 0, nbytes: int | None = None) -> np.ndar
 
 def tensor_memset(t: Tensor, value: int = 0) -> None:
     """``ggml_backend_tensor_memset`` over the whole tensor."""
+    t.check_alive()
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 255:
+        raise ShapeError(f"tensor_memset: tensor {label(t)}: the byte value must be an integer in 0..255, "
+                         f"got {value!r:.40}")
     arr = tensor_array(t)
     arr.view(np.uint8 if t.storage.xp is np else t.storage.xp.uint8)[...] = value  # type: ignore[union-attr]
     if recorder.active():

@@ -209,13 +209,14 @@ def contiguous_strides(dtype: DType, ne: tuple[int, int, int, int]) -> tuple[int
 class Tensor:
     """One ggml tensor: metadata plus a (possibly absent) data pointer.
 
-    Fields keep ggml's names. ``src`` is a list of up to ten operands in slot order;
+    Fields keep ggml's names; ``type``, ``ne`` and ``nb`` never change after creation.
+    ``src`` is a list of up to ten operands in slot order;
     empty slots are ``None`` and may sit between used ones. ``view_src`` is always a
     root (never another view), ``view_offs`` the byte offset inside it.
     """
 
     __slots__ = (
-        "id", "ctx", "name", "type", "ne", "nb", "op", "op_params", "src", "flags",
+        "id", "ctx", "name", "type", "ne", "nb", "nbytes", "op", "op_params", "src", "flags",
         "view_src", "view_offs", "data", "buffer", "extra", "storage", "__weakref__",
     )
 
@@ -234,6 +235,9 @@ class Tensor:
         self.type = dtype
         self.ne = ne
         self.nb = nb
+        #: ``ggml_nbytes``: the byte span the strides touch. Type, shape and strides are
+        #: fixed at creation (as in ggml, where no call changes them), so it is computed once.
+        self.nbytes: int = ggml_nbytes(dtype.type_size, dtype.blck_size, ne, nb)
         self.op = Op.NONE
         self.op_params: tuple[Any, ...] = ()
         self.src: list[Tensor | None] = []
@@ -256,12 +260,6 @@ class Tensor:
     def is_view(self) -> bool:
         """``ggml_impl_is_view``: a tensor is a view iff it has a view root."""
         return self.view_src is not None
-
-    @property
-    def nbytes(self) -> int:
-        """``ggml_nbytes``: the byte span the strides touch."""
-        dt = self.type
-        return ggml_nbytes(dt.type_size, dt.blck_size, self.ne, self.nb)
 
     @property
     def nelements(self) -> int:

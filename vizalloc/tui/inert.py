@@ -4,8 +4,9 @@ Tensor names, op names and source paths come from whoever wrote the traced progr
 On the way to the screen they must stay *text*: ``[bold]`` must not become bold, an
 escape sequence (``\\x1b[31m``) must not reach the terminal, a newline must not break
 a table row, a bidi override must not reorder the line. Every string from a trace
-that the TUI shows goes through :func:`inert` (a ``str``) or :func:`inert_text`
-(a ``rich.text.Text``, which Rich never parses for markup).
+that the TUI shows goes through :func:`inert` (a ``str``; the one rule of
+:mod:`vizalloc.text`, so a name reads the same on screen as in a DOT or SVG file) or
+:func:`inert_text` (a ``rich.text.Text``, which Rich never parses for markup).
 
     >>> inert("a\\x1b[31mred")
     'a\\\\x1b[31mred'
@@ -19,18 +20,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from vizalloc.export.escape import printable
+from vizalloc.text import inert
 
-
-def inert(text: object, max_chars: int | None = None) -> str:
-    """``text`` as printable characters only, cut to ``max_chars`` with an ellipsis.
-
-    Unsafe characters become visible escapes (``\\n``, ``\\x1b``, ``\\u202e``); everything
-    else, including non-ASCII letters and wide characters, is kept as it is. The rule is
-    the exporters' (:func:`vizalloc.export.escape.printable`), so a name reads the same on
-    screen as in a DOT or SVG file.
-    """
-    return printable(str(text), max_chars)
+__all__ = ["inert", "inert_text"]
 
 
 def inert_text(text: object, style: str = "", max_chars: int | None = None) -> Text:

@@ -289,15 +289,17 @@ typedef struct {
 
 VZ_LOCAL char g_scratch[BUF_CAP];
 
-VZ_LOCAL void rec_begin(rec *r, int kind) {
-    r->p = g_scratch;
-    r->cap = sizeof g_scratch;
+VZ_LOCAL void rec_begin_in(rec *r, int kind, char *buf, size_t cap) {
+    r->p = buf;
+    r->cap = cap;
     r->len = 8;
     r->ok = 1;
     uint16_t k = (uint16_t)kind;
     memcpy(r->p, &k, 2);
     memset(r->p + 2, 0, 6);
 }
+
+VZ_LOCAL void rec_begin(rec *r, int kind) { rec_begin_in(r, kind, g_scratch, sizeof g_scratch); }
 
 VZ_LOCAL void rec_put(rec *r, const void *data, size_t n) {
     if (!r->ok || r->len + n > r->cap) {
@@ -319,8 +321,17 @@ VZ_LOCAL void rec_str(rec *r, const char *s) {
 
 /* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
  * parts by the caller (see put_graph), so a record never needs more than BUF_CAP. */
+VZ_LOCAL void put_hello(void);
+VZ_LOCAL int g_said_hello;
+
 VZ_LOCAL void rec_end(rec *r) {
     if (!r->ok || g_disabled) return;
+    if (!g_said_hello) {
+        /* the process record comes first, whatever is written first (the scratch space
+         * holds this record: write the hello straight into the output buffer) */
+        g_said_hello = 1;
+        put_hello();
+    }
     uint32_t payload = (uint32_t)(r->len - 8);
     memcpy(r->p + 4, &payload, 4);
     if (g_len + r->len > BUF_CAP) flush_locked();
@@ -1043,14 +1054,16 @@ VZ_LOCAL void after_fork_child(void) {
     g_len = 0;
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
+    g_said_hello = 0;
     g_pid = getpid();
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     g_lock = fresh;
 }
 
 VZ_LOCAL void put_hello(void) {
+    char buf[PATH_MAX + 64]; /* not the shared scratch: the record being ended is there */
     rec r;
-    rec_begin(&r, R_HELLO);
+    rec_begin_in(&r, R_HELLO, buf, sizeof buf);
     rec_i64(&r, getpid());
     rec_i64(&r, getppid());
     rec_u64(&r, now_ns());
@@ -1122,7 +1135,6 @@ VZ_LOCAL ggml_lib *enter(const char *symbol, size_t field, void *caller, int *re
         abort();
     }
     *record = !g_disabled && t_inside == 0 && L->status >= 0;
-    if (*record && g_fd < 0 && g_len == 0) put_hello();
     pthread_mutex_unlock(&g_lock);
     return L;
 }

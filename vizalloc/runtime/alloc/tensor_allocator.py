@@ -46,7 +46,8 @@ def alloc_ctx_tensors(ctx: Context, buft: BufferType, usage: Usage = Usage.ANY) 
 
     Tensors are placed in creation order; with a ``max_size`` the tensors are split into
     several buffers (returned as a list, ggml's "multi buffer"). Returns None when no
-    tensor needed memory.
+    tensor needed memory. A tensor larger than ``max_size`` is an ``AllocationError``
+    (ggml requests a buffer of its size, which the backends that set such a limit refuse).
     """
     if not ctx.no_alloc:
         raise AllocationError(f"context {ctx.name!r} allocates its own memory; alloc_ctx_tensors needs a no_alloc context")
@@ -55,6 +56,14 @@ def alloc_ctx_tensors(ctx: Context, buft: BufferType, usage: Usage = Usage.ANY) 
     first, cur = 0, 0
     for i, t in enumerate(tensors):
         this = pad(buft.alloc_size(t), buft.alignment) if (t.data is None and t.view_src is None) else 0
+        if this > buft.max_size:
+            # ggml asks the backend for a buffer of this tensor's size, which a backend with this
+            # limit refuses (alloc_ctx_tensors then fails); the CPU one would give it
+            raise AllocationError(
+                f"alloc_ctx_tensors: tensor {label(t)} needs {this} bytes, more than the {buft.max_size}-byte "
+                f"max_size of buffer type {buft.name}; a buffer that large cannot be allocated there",
+                requested=this, available=buft.max_size,
+            )
         if cur > 0 and cur + this > buft.max_size:
             ranges.append((first, i, cur))
             first, cur = i, this

@@ -17,11 +17,14 @@ nearest even (as ggml's FP32->FP16) and truncates floats to ints (a C cast).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from vizalloc.errors import ShapeError
+from vizalloc.errors import BoundsError
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels._util import F32, all_float, arr, raw_view, register, split_for_tiling, src_types, xp_of
+from vizalloc.runtime.ops.layout import check_window
 from vizalloc.runtime.tensor import Op, Tensor
 
 _ANY = frozenset(DType)
@@ -56,6 +59,7 @@ def _get_rows(t: Tensor) -> None:
     assert a is not None and b is not None
     xp = xp_of(t)
     d, x, idx = arr(t), arr(a), arr(b)
+    _check_rows(idx, a.ne[1], "get_rows", a, b)
     # x: (ne03, ne02, ne01, ne00); idx: (1, ne12, ne11, ne10) with ne12 == ne03, ne11 == ne02
     rows = idx[0]
     if x.shape[0] == 1 and x.shape[1] == 1 and rows.shape[0] == 1 and rows.shape[1] == 1:
@@ -64,6 +68,21 @@ def _get_rows(t: Tensor) -> None:
         return
     picked = xp.take_along_axis(x, rows[..., None], axis=2)
     d[...] = picked
+
+
+def _check_rows(idx: Any, n_rows: int, op: str, table: Tensor, indices: Tensor) -> None:
+    """ggml asserts ``0 <= i < ne01`` for every row index; numpy would wrap -1 around."""
+    if idx.size == 0:
+        return
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < 0 or hi >= n_rows:
+        bad = lo if lo < 0 else hi
+        raise BoundsError(f"{op}: index {bad} in {_name(indices)} is outside the {n_rows} rows of {_name(table)} "
+                          f"(indices must be in 0..{n_rows - 1})")
+
+
+def _name(t: Tensor) -> str:
+    return repr(t.name) if t.name else f"#{t.id}"
 
 
 @register(Op.GET_ROWS_BACK, lambda t: src_types(t, _FLOATS, {DType.I32}))
@@ -75,6 +94,7 @@ def _get_rows_back(t: Tensor) -> None:
     d[...] = 0
     grads = arr(a).reshape(-1, a.ne[0])
     rows = arr(b).reshape(-1)
+    _check_rows(rows, t.ne[1], "get_rows_back", t, b)
     target = d.reshape(-1, t.ne[0])
     # rows may repeat: every occurrence adds (ggml loops in order, so does add.at)
     add_at = getattr(xp.add, "at", None)
@@ -135,17 +155,8 @@ def _check_window(t: Tensor, name: str, nb: tuple[int, int, int], offset: int) -
     """Shape and strides of the window of ``t`` that src[1] covers; checked to stay inside ``t``."""
     b = t.src[1]
     assert b is not None
-    es = t.type.type_size
-    shape = (b.ne[3], b.ne[2], b.ne[1], b.ne[0])
-    strides = (nb[2], nb[1], nb[0], es)
-    if 0 not in shape:
-        last = offset + (b.ne[0] - 1) * es + (b.ne[1] - 1) * nb[0] + (b.ne[2] - 1) * nb[1] + (b.ne[3] - 1) * nb[2]
-        if offset < 0 or last + es > t.nbytes:
-            raise ShapeError(
-                f"{name}: the window at offset {offset} with strides {list(nb)} for b {list(b.ne)} reaches byte "
-                f"{last + es}, beyond tensor {t.name or t.id!r}'s {t.nbytes} bytes"
-            )
-    return shape, strides
+    check_window(name, t, b, nb, offset)
+    return (b.ne[3], b.ne[2], b.ne[1], b.ne[0]), (nb[2], nb[1], nb[0], t.type.type_size)
 
 
 def _window_op(t: Tensor, add: bool) -> None:

@@ -10,6 +10,8 @@ transpose, get_rows, concat, repeat, acc, set — with ggml's shapes, strides an
 
 from __future__ import annotations
 
+from vizalloc.errors import BoundsError
+from vizalloc.runtime.buffer import whole_number
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.ops._common import (
@@ -169,9 +171,10 @@ def reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) 
 def permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
     """``ggml_permute``: source dimension ``i`` becomes result dimension ``axis_i``."""
     alive(a)
-    axes = (axis0, axis1, axis2, axis3)
+    given = (axis0, axis1, axis2, axis3)
+    axes = tuple(-1 if v is None else v for v in map(whole_number, given))
     if sorted(axes) != [0, 1, 2, 3]:
-        raise fail("permute", f"axes {list(axes)} must be a permutation of 0..3", a=a)
+        raise fail("permute", f"axes {list(given)!r:.60} must be a permutation of 0..3", a=a)
     ne = [0] * MAX_DIMS
     nb = [0] * MAX_DIMS
     for i, ax in enumerate(axes):
@@ -218,8 +221,10 @@ def get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
 def concat(ctx: Context, a: Tensor, b: Tensor, dim: int) -> Tensor:
     """``ggml_concat``: ``a`` then ``b`` along ``dim``; every other dimension must match."""
     alive(a, b)
-    if not 0 <= dim < MAX_DIMS:
-        raise fail("concat", f"dim {dim} must be in 0..3", a=a, b=b)
+    d = whole_number(dim)
+    if d is None or not 0 <= d < MAX_DIMS:
+        raise fail("concat", f"dim {dim!r:.20} must be in 0..3", a=a, b=b)
+    dim = d
     if a.type is not b.type:
         raise fail("concat", "a and b must have the same type", a=a, b=b)
     ne = []
@@ -260,6 +265,24 @@ def repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 # -- acc and set --------------------------------------------------------------------------------
 
+def check_window(op: str, a: Tensor, b: Tensor, nb: tuple[int, int, int], offset: int) -> None:
+    """The window of ``a`` that acc/set write ``b`` into (``b``'s shape, element size of
+    ``a``, row strides ``nb``, byte ``offset``) must lie inside ``a``'s own bytes."""
+    es = a.type.type_size
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (*nb, offset)):
+        raise BoundsError(f"{op}: offset {offset!r:.40} and strides {list(nb)!r:.80} must be whole numbers of bytes")
+    if 0 in b.ne:
+        return
+    if offset < 0 or min(nb) < 0:
+        raise BoundsError(f"{op}: offset {offset} and strides {list(nb)} must be 0 or more (ggml's size_t)")
+    end = offset + es + (b.ne[0] - 1) * es + (b.ne[1] - 1) * nb[0] + (b.ne[2] - 1) * nb[1] + (b.ne[3] - 1) * nb[2]
+    if end > a.nbytes:
+        raise BoundsError(
+            f"{op}: the window at offset {offset} with strides {list(nb)} for b {list(b.ne)} reaches byte "
+            f"{end}, beyond tensor {a.name or a.id!r}'s {a.nbytes} bytes"
+        )
+
+
 def _acc_impl(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int,
               inplace: bool) -> Tensor:
     alive(a, b)
@@ -270,6 +293,7 @@ def _acc_impl(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, 
         raise fail(name, "a must be contiguous", a=a)
     if a.type is not DType.F32 or b.type is not DType.F32:
         raise fail(name, "a and b must be f32", a=a, b=b)
+    check_window(name, a, b, (nb1, nb2, nb3), offset)
     return dup_or_view(ctx, a, inplace, Op.ACC, [a, b], (nb1, nb2, nb3, offset, 1 if inplace else 0))
 
 
@@ -290,6 +314,7 @@ def _set_impl(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, 
         raise fail(name, f"b has more elements ({nelements(b)}) than a ({nelements(a)})", a=a, b=b)
     if not 0 <= offset < (1 << 30):
         raise fail(name, f"offset {offset} must be in [0, 2**30)", a=a)
+    check_window(name, a, b, (nb1, nb2, nb3), offset)
     return dup_or_view(ctx, a, inplace, Op.SET, [a, b], (nb1, nb2, nb3, offset, 1 if inplace else 0))
 
 
