@@ -46,6 +46,8 @@ class Block:
     nbytes: int
     start: int  # step allocated
     end: int    # step freed (exclusive); the number of steps when never freed
+    #: the step at which each of ``tensor_ids`` took the bytes (``start`` for the first)
+    joined: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,18 +123,21 @@ def plan_blocks(model: TraceModel, plan: PlanInfo) -> tuple[list[Block], int]:
     """The plan's blocks with their lifetimes, and the number of steps."""
     owner: dict[int, int] = {}             # tensor -> block index
     members: list[list[int]] = []
+    joined: list[list[int]] = []           # per block: the step each member took the bytes
     fields: list[list[int]] = []           # slot, chunk, offset, nbytes, start, end
     step = 0
     for d in plan.decisions:
         if isinstance(d, ev.PlanAlloc):
             owner[d.tensor_id] = len(members)
             members.append([d.tensor_id])
+            joined.append([step])
             fields.append([d.slot, d.chunk, d.offset, d.nbytes, step, -1])
         elif isinstance(d, ev.PlanInplace):
             b = owner.get(d.parent_id)
             if b is not None:
                 owner[d.tensor_id] = b
                 members[b].append(d.tensor_id)
+                joined[b].append(step)
         elif isinstance(d, ev.PlanFree):
             b = owner.get(d.tensor_id)
             if b is not None and fields[b][5] < 0:
@@ -141,9 +146,9 @@ def plan_blocks(model: TraceModel, plan: PlanInfo) -> tuple[list[Block], int]:
             continue
         step += 1
     blocks = []
-    for m, (slot, chunk, offset, nbytes, start, end) in zip(members, fields):
+    for m, j, (slot, chunk, offset, nbytes, start, end) in zip(members, joined, fields):
         blocks.append(Block(tuple(m), tuple(model.label(t) for t in m), slot, chunk, offset, nbytes, start,
-                            end if end >= 0 else step))
+                            end if end >= 0 else step, tuple(j)))
     return blocks, step
 
 

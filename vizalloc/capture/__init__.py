@@ -22,6 +22,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vizalloc.capture.build import CaptureError, check_platform, library_path
 from vizalloc.capture.launch import Finished, run_program
@@ -56,16 +57,18 @@ def import_capture(capture: str | os.PathLike[str], output: str | os.PathLike[st
     return result
 
 
-def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None, *, force: bool = False) -> Traced:
+def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None, *, force: bool = False,
+                  stdout: Any = None, stderr: Any = None) -> Traced:
     """Run ``argv`` under the capture and write one trace per process that used ggml.
 
     ``output`` names the program's own trace (default ``vizalloc-<program>.<pid>.vztrace``);
     other processes that used ggml (a launcher's children) get ``<output stem>.<pid>.vztrace``.
+    ``stdout``/``stderr`` redirect the program's output (as ``subprocess.Popen`` takes them).
     """
     check_platform()
     library_path()  # build (or find) the library before the program starts
     with tempfile.TemporaryDirectory(prefix="vizalloc-capture-") as capture_dir:
-        finished = run_program(list(argv), capture_dir)
+        finished = run_program(list(argv), capture_dir, stdout=stdout, stderr=stderr)
         traces: list[tuple[Path, ImportResult]] = []
         program = os.path.basename(argv[0])
         for i, capture in enumerate(finished.captures):

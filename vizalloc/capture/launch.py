@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from vizalloc.capture.build import CaptureError, library_path
 
@@ -76,8 +77,9 @@ def resolve_program(program: str) -> str:
     return found
 
 
-def run_program(argv: list[str], capture_dir: str) -> Finished:
-    """Run ``argv`` under the capture and wait for it."""
+def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr: Any = None) -> Finished:
+    """Run ``argv`` under the capture and wait for it (``stdout``/``stderr``: where its
+    output goes, as ``subprocess.Popen`` takes them; default: vizalloc's own)."""
     if not argv:
         raise CaptureError("no program to run: give one after --, e.g. vizalloc run -- ./llama-cli -m model.gguf")
     resolve_program(argv[0])
@@ -85,7 +87,7 @@ def run_program(argv: list[str], capture_dir: str) -> Finished:
     # the terminal sends Ctrl-C to the program too; vizalloc waits for it instead of dying first
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        proc = subprocess.Popen(argv, env=env)
+        proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr)
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -69,6 +69,8 @@ class LlamaSettings:
     generate: int = 0
     prompt: str = "The capital of France is"
     threads: int = 0  # 0: llama.cpp's default (every core)
+    #: measure as llama.cpp's --fit does (nothing allocated, no weights read) and stop there
+    no_alloc: bool = False
 
     def check(self) -> None:
         """A UsageError naming the setting that llama.cpp would refuse or silently change."""
@@ -85,6 +87,8 @@ class LlamaSettings:
             raise UsageError(f"--flash-attn {self.flash_attn!r}: give one of {', '.join(FLASH_ATTN)}")
         if self.generate < 0 or self.threads < 0:
             raise UsageError("--generate and --threads take a number >= 0")
+        if self.no_alloc and self.generate:
+            raise UsageError("--no-alloc measures without memory and stops: it cannot --generate")
 
 
 @dataclass
@@ -253,6 +257,8 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
     # create a trial context (and its reserve) of its own; a warm-up would decode once more
     p.fit_params = False
     p.warmup = False
+    if settings.no_alloc:
+        _stop_after_measuring(p)
     # a round trip through the server's task queue before it is freed: xllamacpp's Server
     # freed before its loop has started waits for that loop forever (seen 1 time in 6 here)
     p.endpoint_metrics = True
@@ -269,6 +275,9 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
             raise LlamaRunError(f"llama.cpp could not load {settings.model!r} with n_ctx {settings.n_ctx}, "
                                 f"n_ubatch {settings.n_ubatch}: {exc} (run with --verbose for llama.cpp's log)") from None
         run.seconds_context, run.cpu_seconds_context = time.perf_counter() - t0, time.process_time() - c0
+        if settings.no_alloc:  # the capture ends the process when llama.cpp has measured
+            raise LlamaRunError(f"llama.cpp did not measure {settings.model!r} without memory (its --fit step "
+                                "failed or was skipped; run with --verbose for its log)")
         if settings.generate:
             t0, c0 = time.perf_counter(), time.process_time()
             out = server.handle_completions({"prompt": settings.prompt, "n_predict": settings.generate,
@@ -284,6 +293,29 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
         gc.collect()
         log.collect(until=_COMPUTE_EXACT, timeout=5.0)
     return run
+
+
+#: the call after which the capture ends a --no-alloc run (llama.cpp's measurement)
+STOP_AFTER = "ggml_backend_sched_reserve_size"
+
+
+def _stop_after_measuring(p: Any) -> None:
+    """Let llama.cpp measure as its ``--fit`` does before it creates the real context: the
+    model is loaded and a context created with ``no_alloc`` (no weights read, no KV cache or
+    compute buffer allocated; the scheduler sizes its buffers with
+    ``ggml_backend_sched_reserve_size``), then the capture ends the process right after that
+    call (``VIZALLOC_CAPTURE_STOP_AFTER``), before the real, allocating load. Only under
+    the capture: without it, nothing would stop llama.cpp from loading the model for real."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).vizalloc_capture_finish  # noqa: B018 - present when the capture is preloaded
+    except AttributeError:
+        raise UsageError("--no-alloc measures under vizalloc's capture only: run it as `vizalloc run -- python -m "
+                         "vizalloc.capture.llama MODEL.gguf --no-alloc ...` (or use `vizalloc explain "
+                         "MODEL.gguf --metadata-only`)") from None
+    p.fit_params = True
+    os.environ["VIZALLOC_CAPTURE_STOP_AFTER"] = STOP_AFTER
 
 
 def _report(run: LlamaRun, out: TextIO) -> None:
@@ -316,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="then generate N tokens (greedy) from --prompt (default: only create the context)")
     parser.add_argument("--prompt", default=LlamaSettings.prompt, metavar="TEXT")
     parser.add_argument("--threads", type=int, default=0, metavar="N", help="CPU threads (default: llama.cpp's)")
+    parser.add_argument("--no-alloc", action="store_true",
+                        help="measure as llama.cpp's --fit does (no weights read, nothing allocated) and stop there; "
+                             "under vizalloc's capture only (the trace holds the plan, the process no report)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp's whole log on stderr")
     return parser
@@ -326,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch if args.batch is not None else max(LlamaSettings.n_batch, args.ubatch)
     settings = LlamaSettings(args.model, n_ctx=args.ctx, n_batch=batch, n_ubatch=args.ubatch,
                              flash_attn=args.flash_attn, generate=args.generate, prompt=args.prompt,
-                             threads=args.threads)
+                             threads=args.threads, no_alloc=args.no_alloc)
     try:
         run = run_llama(settings, verbose=args.verbose)
     except VizallocError as exc:

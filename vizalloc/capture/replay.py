@@ -688,6 +688,10 @@ class Importer:
                 held = [rb.size for rb in real if self.bufts.get(rb.buft) is buft]
                 sizes.append(ComputeBuffer(buft.name, ga.buffer_size(i), sum(held) if held else None))
             self._buffer_sizes[id(ga)] = sizes
+        elif ga is not None and open_.sizes is not None:
+            # a measurement without buffers (llama.cpp's no_alloc): what the buffers would need
+            self._buffer_sizes[id(ga)] = [ComputeBuffer(buft.name, size, None)
+                                          for buft, size in zip(ga.bufts, open_.sizes)]
 
     def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
         graph = self._graph(call)

@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "summary": ("vizalloc.cli.summary", "tables of graphs, plans, buffers, peaks and hazards"),
     "diff": ("vizalloc.cli.diff", "compare two traces or two plans"),
     "plan": ("vizalloc.cli.plan", "plan a graph file (golden format) and print or check the offsets"),
+    "explain": ("vizalloc.cli.explain", "why a compute buffer is as big as it is: what is live at its peak (a trace, "
+                "or a GGUF model via llama.cpp)"),
     "export": ("vizalloc.cli.export", "write DOT, SVG, layout, Perfetto, JSON or MiniMalloc files"),
     "tui": ("vizalloc.cli.tui", "browse a trace in the terminal"),
 }

@@ -1122,6 +1122,17 @@ __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     pthread_mutex_unlock(&g_lock);
 }
 
+/* For a program that ends itself without running destructors (_exit, Python's os._exit):
+ * write out what was recorded, with the end record, and record nothing more. The llama.cpp
+ * driver (vizalloc/capture/llama.py) calls it when llama.cpp has measured what was asked
+ * and the rest of its start-up is not wanted. Safe to call more than once. */
+VZ_EXPORT void vizalloc_capture_finish(void) {
+    vz_fini();
+    pthread_mutex_lock(&g_lock);
+    g_disabled = 1;
+    pthread_mutex_unlock(&g_lock);
+}
+
 /* Every hook: find the real function (under the lock), call it WITHOUT the lock (the real
  * function may wait for threads that call hooks themselves), and record under the lock.
  * Nested hooks (ggml_gallocr_alloc_graph re-planning through ggml_gallocr_reserve_n) are
@@ -1159,6 +1170,25 @@ VZ_LOCAL uint64_t begin_call(ggml_lib *L, int kind, void *object, void *graph, c
     return id;
 }
 
+/* The functions VIZALLOC_CAPTURE_STOP_AFTER may name, by call kind. */
+VZ_LOCAL const char *const g_stop_names[] = {
+    [C_GALLOC_RESERVE_N] = "ggml_gallocr_reserve_n", [C_GALLOC_RESERVE_N_SIZE] = "ggml_gallocr_reserve_n_size",
+    [C_SCHED_RESERVE_SIZE] = "ggml_backend_sched_reserve_size",
+};
+
+VZ_EXPORT void vizalloc_capture_finish(void);
+
+/* VIZALLOC_CAPTURE_STOP_AFTER=<function>: the process ends (exit status 0) when the first
+ * outermost call of that function returns, once its record is written. For a program run
+ * only to see one plan, whose start-up would go on to do expensive work (llama.cpp creates
+ * a real context after measuring one without memory; vizalloc/capture/llama.py --no-alloc).
+ * Read when such a call returns, so the program may set it after it started. */
+VZ_LOCAL int stop_here(int kind) {
+    if (kind <= 0 || kind >= (int)(sizeof g_stop_names / sizeof g_stop_names[0]) || !g_stop_names[kind]) return 0;
+    const char *want = getenv("VIZALLOC_CAPTURE_STOP_AFTER");
+    return want != NULL && strcmp(want, g_stop_names[kind]) == 0;
+}
+
 VZ_LOCAL void end_call(ggml_lib *L, uint64_t id, int kind, void *graph, int64_t result, const size_t *sizes,
                        int n_sizes, int snapshot, int flush) {
     LOCK();
@@ -1168,6 +1198,10 @@ VZ_LOCAL void end_call(ggml_lib *L, uint64_t id, int kind, void *graph, int64_t 
     if (flush) flush_locked();
     t_inside--;
     UNLOCK();
+    if (flush && stop_here(kind)) {
+        vizalloc_capture_finish();
+        _exit(0);
+    }
 }
 
 /* ------------------------------------------------------------------------------------ */

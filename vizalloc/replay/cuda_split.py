@@ -1,0 +1,301 @@
+"""Predict a GPU run's compute buffers from a CPU capture: llama.cpp's worst-case graphs,
+as a CPU-only llama.cpp built them, replayed through vizalloc's scheduler with a simulated
+CUDA device in front of the CPU.
+
+llama.cpp on one CUDA GPU gives its scheduler two backends, ``CUDA0`` and the CPU, whose
+compute buffers have the types ``CUDA0`` (device memory, 128-byte alignment) and
+``CUDA_Host`` (pinned host memory, 32-byte alignment). The scheduler's passes decide where
+every node runs: weights and the KV cache of offloaded layers sit in device memory and pull
+their ops there, graph inputs start on the CPU, ops whose weights stay on the host are
+offloaded when their batch is large (``op_offload``), and every tensor read across
+backends gets a copy in the reader's buffer. A CPU-only run's single buffer is therefore
+not the GPU's: the inputs and the token embeddings land in ``CUDA_Host``, their copies in
+``CUDA0``, and each is planned on its own.
+
+What is modelled, as llama.cpp (``llama_model::load_tensors``, ``llama_context``) and
+ggml-cuda do it:
+
+* layer ``il`` is on the GPU when ``il >= n_layer - n_gpu_layers``; the output layer
+  (``output.weight``, ``output_norm.weight`` and other tensors without a layer) when
+  ``n_gpu_layers > n_layer``; the token embeddings never (the input layer is the CPU's);
+  a layer's KV cache lives where the layer does (``offload_kqv``);
+* the CPU layers' weights in plain host memory (``CPU``, not ``CPU_REPACK``, whose
+  buffers are not host memory to the scheduler);
+* the graph callback's assignment of ``norm-<il>`` nodes to their layer's device when the
+  model is fully offloaded or the micro-batch has fewer than 32 tokens;
+* ggml-cuda's ``offload_op`` (a batch of 32 or more; ``GET_ROWS`` never) and
+  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism.
+
+What is not: quantized row padding in CUDA buffers (``get_alloc_size``; no compute tensor
+of these graphs is quantized unless the KV cache is), ``CPU_REPACK`` weights of CPU
+layers, several GPUs and tensor splits, and whatever a CUDA build of llama.cpp would build
+differently from the CPU build's graph (flash attention ``auto`` is resolved by the CPU).
+
+    from vizalloc.replay.cuda_split import predict_cuda
+    pred = predict_cuda(model, n_layer=32, n_gpu_layers=None)
+    pred.sizes    # {"CUDA0": ..., "CUDA_Host": ...}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from vizalloc.analysis.model import PlanInfo, TraceModel
+from vizalloc.errors import UsageError
+from vizalloc.runtime import memory
+from vizalloc.runtime.backends.base import Backend
+from vizalloc.runtime.backends.cpu import CPUBackend
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
+from vizalloc.runtime.context import Context
+from vizalloc.runtime.dtype import DType
+from vizalloc.runtime.sched import Scheduler
+from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp
+
+#: ggml-cuda's buffer types and rules
+CUDA_ALIGNMENT = 128
+HOST_ALIGNMENT = 32
+OFFLOAD_MIN_BATCH = 32
+#: llama.cpp assigns ``norm-<il>`` to its layer's device below this many tokens
+NORM_ASSIGN_BELOW = 32
+
+_UNARY = {u.value: u for u in UnaryOp}
+_LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
+_KV = re.compile(r"^cache_[kvrs]_l\d+$")
+_NORM = re.compile(r"^norm-(\d+)$")
+
+
+def op_batch_size(t: Tensor) -> int:
+    """ggml-cuda's ``get_op_batch_size``: what decides whether an op with host weights moves."""
+    if t.op is Op.GET_ROWS:
+        return 0
+    if t.op is Op.MUL_MAT:
+        return t.ne[1]
+    if t.op in (Op.MUL_MAT_ID, Op.ROPE, Op.ROPE_BACK):
+        return t.ne[2]
+    return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+class SimCudaBackend(Backend):
+    """A CUDA device that plans only: every op supported, ggml-cuda's offload rule."""
+
+    is_cpu = False
+
+    def __init__(self, buft: BufferType) -> None:
+        super().__init__()
+        self.name = buft.name
+        self.buffer_type = buft
+
+    def supports_op(self, t: Tensor) -> bool:
+        return True
+
+    def offload_op(self, t: Tensor) -> bool:
+        return op_batch_size(t) >= OFFLOAD_MIN_BATCH
+
+
+class PlanningCPUBackend(CPUBackend):
+    """The CPU backend for planning: it runs every op (vizalloc's kernels do not matter here)."""
+
+    def supports_op(self, t: Tensor) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the capture's graph met memory it did not plan: the devices chosen."""
+
+    n_layer: int
+    n_gpu_layers: int
+
+    @property
+    def gpu_start(self) -> int:
+        return max(self.n_layer - self.n_gpu_layers, 0)
+
+    @property
+    def output_on_gpu(self) -> bool:
+        return self.n_gpu_layers > self.n_layer
+
+    def layer_on_gpu(self, il: int) -> bool:
+        return il >= self.gpu_start
+
+    def on_gpu(self, name: str) -> bool:
+        """Whether an externally allocated tensor (a weight, a KV cache) lives on the GPU."""
+        m = _LAYER.search(name)
+        if m is not None:
+            return self.layer_on_gpu(int(m.group(1) or m.group(2)))
+        if name.startswith("token_embd"):
+            return False  # the input layer is always the CPU's
+        return self.output_on_gpu
+
+
+@dataclass
+class Prediction:
+    """Predicted compute buffers per buffer type (``CUDA0``, ``CUDA_Host``), with the
+    recorded events of the simulated reserve (for explaining them) and what was assumed."""
+
+    sizes: dict[str, int]
+    n_splits: int
+    n_graphs: int
+    placement: Placement
+    events: list[Any] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def worst_case_plans(model: TraceModel) -> list[PlanInfo]:
+    """The plans of llama.cpp's last graph allocator, in order (its reserves: the worst-case
+    prompt graph, the one-token graph, the prompt graph again)."""
+    plans = sorted((p for p in model.plans.values() if p.graph is not None and p.chunk_sizes),
+                   key=lambda p: p.begin_seq)
+    if not plans:
+        raise UsageError("the trace has no plan to replay on a simulated GPU (llama.cpp reserved nothing?)")
+    last = plans[-1].galloc_id
+    return [p for p in plans if p.galloc_id == last]
+
+
+class _Rebuild:
+    """A plan's graph rebuilt as runtime tensors; memory it did not plan gets simulated
+    buffers on the device llama.cpp would put it on."""
+
+    def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[str, BufferType]) -> None:
+        self.model, self.plan, self.placement, self.bufts = model, plan, placement, bufts
+        self.ctx = Context(name="cuda split", max_tensors=None, no_alloc=True)
+        self.tensors: dict[int, Tensor] = {}
+        self.external = {d.tensor_id for d in plan.externals}
+        graph = plan.graph
+        assert graph is not None
+        self.nodes = [self._make(t) for t in graph.nodes]
+        self.leafs = [self._make(t) for t in graph.leafs]
+        self._place_external()
+
+    def _make(self, tid: int) -> Tensor:
+        stack = [tid]
+        tensors = self.model.tensors
+        while stack:
+            cur = stack[-1]
+            if cur in self.tensors:
+                stack.pop()
+                continue
+            info = tensors.get(cur)
+            if info is None:
+                raise UsageError(f"tensor #{cur} of the replayed graph has no TensorCreated record in the trace")
+            deps = [d for d in (info.view_src, *info.srcs) if d >= 0 and d not in self.tensors and d != cur]
+            if deps:
+                stack.extend(deps)
+                continue
+            stack.pop()
+            params = tuple(_UNARY.get(p, p) if isinstance(p, str) and i == 0 and info.op == "UNARY" else p
+                           for i, p in enumerate(info.op_params))
+            t = self.ctx.new_tensor_impl(
+                DType.from_label(info.dtype), info.ne,
+                self.tensors[info.view_src] if info.view_src >= 0 else None, info.view_offs, nb=info.nb,
+                op=Op[info.op], src=[self.tensors[s] if s >= 0 else None for s in info.srcs],
+                op_params=params, name=info.name)
+            if info.flags:
+                t._set_flags(info.flags & int(Flag.INPUT | Flag.OUTPUT | Flag.PARAM | Flag.LOSS))
+            self.tensors[cur] = t
+        return self.tensors[tid]
+
+    def _place_external(self) -> None:
+        """Give every root the plan skipped as allocated elsewhere a buffer of its device."""
+        roots: dict[tuple[str, Usage], list[Tensor]] = {}
+        for tid, t in self.tensors.items():
+            if t.view_src is not None or tid not in self.external:
+                continue
+            weight = not _KV.match(t.name)
+            where = "gpu" if self.placement.on_gpu(t.name) else "cpu"
+            roots.setdefault((where, Usage.WEIGHTS if weight else Usage.ANY), []).append(t)
+        for (where, usage), ts in roots.items():
+            buft = self.bufts["CUDA0"] if where == "gpu" else self.bufts["CPU"]
+            total = sum(pad(buft.alloc_size(t), buft.alignment) for t in ts)
+            buf: Buffer = buft.alloc_buffer(max(total, 1), usage, cause="simulated weights / KV cache")
+            addr = buf.base
+            for t in ts:
+                memory.tensor_alloc(buf, t, addr)
+                addr += pad(buft.alloc_size(t), buft.alignment)
+
+    def assign_norms(self, sched: Scheduler, n_tokens: int) -> None:
+        """llama.cpp's graph callback: ``norm-<il>`` runs on its layer's device when the model
+        is fully offloaded or the micro-batch is small."""
+        if not (self.placement.output_on_gpu or n_tokens < NORM_ASSIGN_BELOW):
+            return
+        for t in self.nodes:
+            m = _NORM.match(t.name)
+            if m is not None:
+                sched.set_tensor_backend(t, 0 if self.placement.layer_on_gpu(int(m.group(1))) else 1)
+
+
+def _n_tokens(graph: Sequence[Tensor]) -> int:
+    """The micro-batch of a worst-case graph: the length of its ``inp_pos`` input."""
+    for t in graph:
+        for s in (t, *t.src):
+            if s is not None and s.name == "inp_pos":
+                return s.ne[0]
+    return 0
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    from vizalloc.trace import recorder
+
+    saved = recorder._recorders  # noqa: SLF001 - the simulation must not write into the caller's trace
+    recorder._set(())  # noqa: SLF001
+    try:
+        yield
+    finally:
+        recorder._set(saved)  # noqa: SLF001
+
+
+def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = None,
+                 record: bool = True) -> Prediction:
+    """Replay llama.cpp's worst-case graphs of a CPU capture on ``CUDA0`` + CPU.
+
+    ``n_gpu_layers`` None means every layer and the output (llama.cpp's default); with
+    ``record`` the simulated reserve is recorded (``Prediction.events``) so it can be
+    explained like a trace.
+    """
+    from vizalloc.trace.recorder import StrictRecorder
+
+    if n_layer <= 0:
+        raise UsageError(f"the model's layer count must be positive, not {n_layer}")
+    ngl = n_layer + 1 if n_gpu_layers is None else n_gpu_layers
+    if ngl < 0:
+        raise UsageError(f"--n-gpu-layers must be 0 or more, not {ngl}")
+    placement = Placement(n_layer, ngl)
+    plans = worst_case_plans(model)
+    cuda = BufferType("CUDA0", alignment=CUDA_ALIGNMENT, device=VIRTUAL, is_host=False, backend_name="CUDA0")
+    host = BufferType("CUDA_Host", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
+    cpu_weights = BufferType("CPU", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True)
+    bufts = {"CUDA0": cuda, "CUDA_Host": host, "CPU": cpu_weights}
+    rec = StrictRecorder() if record else None
+    notes: list[str] = []
+    with _quiet():
+        ctx_manager = rec if rec is not None else _nullcontext()
+        with ctx_manager:
+            gpu = SimCudaBackend(cuda)
+            cpu = PlanningCPUBackend()
+            max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
+            sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
+            n_splits = 0
+            for plan in plans:
+                rebuilt = _Rebuild(model, plan, placement, bufts)
+                graph = _graph_of(rebuilt)
+                rebuilt.assign_norms(sched, _n_tokens(rebuilt.nodes))
+                if not sched.reserve(graph):
+                    notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
+                n_splits = max(n_splits, sched.n_splits)
+            sizes = {"CUDA0": sched.buffer_size(0), "CUDA_Host": sched.buffer_size(1)}
+    return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes)
+
+
+def _graph_of(rebuilt: _Rebuild) -> Any:
+    from vizalloc.runtime.graph import Graph
+
+    return Graph.of(rebuilt.nodes, rebuilt.leafs)
+
+
+@contextmanager
+def _nullcontext() -> Iterator[None]:
+    yield
