@@ -208,3 +208,30 @@ def test_a_missing_model_file_is_named(tmp_path: Path, capsys: pytest.CaptureFix
 
     assert main([str(tmp_path / "nowhere.gguf")]) == 2
     assert f"no model file at {str(tmp_path / 'nowhere.gguf')!r}: give the path of a .gguf file" in capsys.readouterr().err
+
+
+def test_the_log_filter_shows_memory_lines_and_failures(tmp_path: Path) -> None:
+    """llama.cpp's log through the driver's filter: its memory lines and errors are shown
+    (and passed back), debug chatter is dropped with the lines that continue it, and what
+    is not llama.cpp's log (ggml's own assert, a message of another library) is kept."""
+    log = "\n".join([
+        "\x1b[34m0.00.829.690\x1b[0m \x1b[32mI \x1b[0mload_tensors:   CPU_Mapped model buffer size =   235.16 MiB",
+        "0.01.000.001 D common_chat_templates_apply_jinja: generated parser:",
+        "--- Reasoning & Content Structure ---",
+        "Sequence(Literal(<|im_start|>assistant",
+        "ggml/src/ggml.c:1234: GGML_ASSERT(ne > 0) failed",
+        "0.01.500.000 I sched_reserve:        CPU compute buffer size =    34.27 MiB",
+        "some other library's message",
+        "0.02.000.000 E llama_model_load: error loading model: bad file",
+        "0.02.100.000 I srv  update_slots: all slots are idle",
+    ]) + "\n"
+    done = subprocess.run([sys.executable, "-c", "from vizalloc.capture.llama import filter_log; filter_log(False)"],
+                          input=log, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = log.splitlines()
+    assert done.stderr.splitlines() == [lines[0], lines[4], lines[5], lines[6], lines[7]]
+    assert done.stdout.splitlines() == [
+        "load_tensors:   CPU_Mapped model buffer size =   235.16 MiB",
+        "sched_reserve:        CPU compute buffer size =    34.27 MiB",
+        "llama_model_load: error loading model: bad file",
+    ]

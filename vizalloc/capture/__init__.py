@@ -84,7 +84,7 @@ def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None,
             traces.append((path, result))
         if not finished.captures:
             path = Path(output) if output is not None else Path(f"vizalloc-{program}.{finished.pid}.vztrace")
-            traces.append((path, _no_ggml_trace(argv, finished.pid, path, force)))
+            traces.append((path, _no_ggml_trace(argv, finished, path, force)))
     return Traced(finished, traces)
 
 
@@ -101,7 +101,7 @@ def static_ggml(program: str) -> bool:
     return False
 
 
-def _no_ggml_trace(argv: list[str], pid: int, path: Path, force: bool) -> ImportResult:
+def _no_ggml_trace(argv: list[str], finished: Finished, path: Path, force: bool) -> ImportResult:
     """A trace that says the program never used a ggml vizalloc could see, and why."""
     from vizalloc.capture.launch import resolve_program
     from vizalloc.trace import events as ev
@@ -109,10 +109,16 @@ def _no_ggml_trace(argv: list[str], pid: int, path: Path, force: bool) -> Import
     from vizalloc.trace import recorder
     from vizalloc.trace.api import trace
 
+    pid = finished.pid
     result = ImportResult(program=" ".join(argv), pid=pid)
     if static_ggml(resolve_program(argv[0])):
         note = (f"{argv[0]} has ggml linked in statically, so its calls cannot be seen from outside: vizalloc needs "
                 "ggml as a shared library (build ggml / llama.cpp with -DBUILD_SHARED_LIBS=ON)")
+    elif finished.signal is not None:
+        # the capture writes its file at its first flush; a process killed before it leaves none
+        note = (f"{argv[0]} was killed by signal {finished.signal} before the capture wrote anything: it called no "
+                "ggml allocator, scheduler or buffer function, or did so less than 100 ms before it died without a "
+                "graph compute or plan ending")
     else:
         note = f"{argv[0]} never called ggml's allocator, scheduler or buffer functions (no ggml library was used)"
     result.notes.append(note)

@@ -105,8 +105,12 @@ class LlamaRun:
     lines: list[str] = field(default_factory=list)
     text: str = ""
     tokens: int = 0
+    #: wall and CPU seconds (every thread of this process) of loading the model and creating
+    #: the context, and of the generation
     seconds_context: float = 0.0
     seconds_generate: float = 0.0
+    cpu_seconds_context: float = 0.0
+    cpu_seconds_generate: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,21 +268,21 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
         p.cpuparams.n_threads = settings.threads
         p.cpuparams_batch.n_threads = settings.threads
     with _LlamaLog(run, verbose) as log:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             server = x.Server(p)
         except Exception as exc:  # xllamacpp raises RuntimeError-like errors from C++
             raise LlamaRunError(f"llama.cpp could not load {settings.model!r} with n_ctx {settings.n_ctx}, "
                                 f"n_ubatch {settings.n_ubatch}: {exc} (run with --verbose for llama.cpp's log)") from None
-        run.seconds_context = time.perf_counter() - t0
+        run.seconds_context, run.cpu_seconds_context = time.perf_counter() - t0, time.process_time() - c0
         if settings.no_alloc:  # the capture ends the process when llama.cpp has measured
             raise LlamaRunError(f"llama.cpp did not measure {settings.model!r} without memory (its --fit step "
                                 "failed or was skipped; run with --verbose for its log)")
         if settings.generate:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = server.handle_completions({"prompt": settings.prompt, "n_predict": settings.generate,
                                              "temperature": 0.0})
-            run.seconds_generate = time.perf_counter() - t0
+            run.seconds_generate, run.cpu_seconds_generate = time.perf_counter() - t0, time.process_time() - c0
             if isinstance(out, dict) and out.get("choices"):
                 run.text = str(out["choices"][0].get("text", ""))
                 run.tokens = int(out.get("usage", {}).get("completion_tokens", settings.generate))

@@ -32,6 +32,7 @@ import argparse
 import os
 import runpy
 import shutil
+import signal
 import sys
 import traceback
 from typing import Any
@@ -114,6 +115,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
     from vizalloc.files import check_new
+    from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
         raise UsageError("--capture-values records tensor contents through vizalloc's runtime; a real program's "
@@ -123,8 +125,12 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     err = sys.stderr
     traced = trace_program(argv, args.output, force=args.force)
     finished = traced.finished
-    how = (f"killed by signal {finished.signal}" if finished.signal is not None else f"exit code {finished.exit_code}")
+    how = (f"killed by signal {finished.signal}{_signal_name(finished.signal)}, exit code {finished.exit_code}"
+           if finished.signal is not None else f"exit code {finished.exit_code}")
     err.write(f"vizalloc run: {argv[0]} ended ({how})\n")
+    if finished.signal == signal.SIGKILL and finished.captures:
+        err.write("  SIGKILL reaches no handler: the trace holds what the capture had written by then (it writes at the "
+                  "end of every graph compute and plan, and every 100 ms)\n")
     code = finished.exit_code
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {path}\n")
@@ -135,11 +141,12 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
             for b in result.compute_buffers:
                 # MiB with two decimals, as llama.cpp logs its compute buffers
+                size = (f" ({b.planned / 2**20:.2f} MiB)" if b.planned >= 2**20 else
+                        f" ({format_nbytes(b.planned)})" if b.planned >= 2**10 else "")
                 real = ("allocated by the process: none" if b.allocated is None else
                         "the same as the process allocated" if b.allocated == b.planned else
                         f"the process allocated {b.allocated:,} bytes")
-                err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes ({b.planned / 2**20:.2f} MiB) planned by the "
-                          f"replay, {real}\n")
+                err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
         for note in result.notes:
             err.write(f"    note: {note}\n")
         if result.cut_at is not None:
@@ -156,6 +163,13 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
 
         open_tui(str(traced.traces[0][0]))
     return code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f" ({signal.Signals(number).name})"
+    except ValueError:
+        return ""
 
 
 def _run_script(args: argparse.Namespace, script: str) -> int:

@@ -126,6 +126,7 @@ typedef struct {
     int id;
     void *handle;
     void *base; /* where the object is loaded */
+    uintptr_t lo, hi; /* the span of its loaded segments: calls from inside it need no dladdr */
     char path[PATH_MAX];
     int status; /* 0 unchecked, 1 layout ok, -1 refused */
     int graph_ok;
@@ -353,9 +354,10 @@ VZ_LOCAL void note(const char *fmt, const char *a, const char *b) {
 /* finding the real functions                                                           */
 
 VZ_LOCAL void *self_base(void) {
+    static void *base;
     Dl_info info;
-    if (dladdr((void *)&self_base, &info)) return info.dli_fbase;
-    return NULL;
+    if (base == NULL && dladdr((void *)&self_base, &info)) base = info.dli_fbase;
+    return base;
 }
 
 typedef struct {
@@ -450,6 +452,24 @@ VZ_LOCAL void load_lib_symbols(ggml_lib *L) {
     LOAD(L, sched_get_buffer_type, "ggml_backend_sched_get_buffer_type");
 }
 
+typedef struct {
+    uintptr_t base, lo, hi;
+} extent_ctx;
+
+VZ_LOCAL int extent_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    extent_ctx *e = data;
+    if ((uintptr_t)info->dlpi_addr != e->base) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
+        if (e->lo == 0 || a < e->lo) e->lo = a;
+        if (b > e->hi) e->hi = b;
+    }
+    return 1;
+}
+
 VZ_LOCAL void check_layout(ggml_lib *L);
 
 VZ_LOCAL ggml_lib *add_lib(void *handle, const char *path) {
@@ -472,6 +492,13 @@ VZ_LOCAL ggml_lib *add_lib(void *handle, const char *path) {
     if (L->tensor_alloc) {
         Dl_info di;
         if (dladdr((void *)L->tensor_alloc, &di)) L->base = di.dli_fbase;
+        /* dladdr scans an object's whole symbol table: in a big library (llama.cpp in one
+         * object) that is a fraction of a millisecond a call, so calls from inside a known
+         * ggml are recognised by address instead */
+        extent_ctx e = {(uintptr_t)L->base, 0, 0};
+        dl_iterate_phdr(extent_cb, &e);
+        L->lo = e.lo;
+        L->hi = e.hi;
     }
     g_n_libs++;
     check_layout(L);
@@ -502,11 +529,15 @@ VZ_LOCAL void discover(const char *symbol) {
     }
 }
 
-/* which ggml a call site belongs to, by return address (call sites are few) */
+/* which ggml a call site belongs to, by return address (call sites are few), and the
+ * site's "object\tfunction" once a call record has needed it */
 #define SITE_CACHE 512
+#define SITE_NAME 512
 VZ_LOCAL struct {
     void *site;
     ggml_lib *lib;
+    int named;
+    char name[SITE_NAME];
 } g_sites[SITE_CACHE];
 
 /* The ggml whose `symbol` a call from `caller` meant: the caller's own library when it is a
@@ -517,8 +548,10 @@ VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
     if (caller && g_sites[slot].site == caller) return g_sites[slot].lib;
     if (g_n_libs == 0) discover(symbol);
     ggml_lib *found = NULL;
+    for (int i = 0; i < g_n_libs && caller && !found; i++)
+        if (g_libs[i].lo <= (uintptr_t)caller && (uintptr_t)caller < g_libs[i].hi) found = &g_libs[i];
     Dl_info ci;
-    if (caller && dladdr(caller, &ci)) {
+    if (!found && caller && dladdr(caller, &ci)) {
         for (int i = 0; i < g_n_libs && !found; i++)
             if (g_libs[i].base == ci.dli_fbase) found = &g_libs[i];
         if (!found && ci.dli_fname && ci.dli_fbase != self_base()) {
@@ -534,6 +567,7 @@ VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
     if (found && caller) {
         g_sites[slot].site = caller;
         g_sites[slot].lib = found;
+        g_sites[slot].named = 0;
     }
     return found;
 }
@@ -786,6 +820,7 @@ VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
  * changed. Open addressing with linear probing; grows by doubling. */
 typedef struct {
     uintptr_t addr;
+    uint64_t pass; /* the graph pass that last looked at it */
     unsigned char bytes[TENSOR_SIZE_KNOWN];
 } tslot;
 VZ_LOCAL tslot *g_tensors;
@@ -810,6 +845,7 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
     while (g_tensors[j].addr && g_tensors[j].addr != addr) j = (j + 1) & (g_tcap - 1);
     if (g_tensors[j].addr == 0) {
         g_tensors[j].addr = addr;
+        g_tensors[j].pass = 0;
         memset(g_tensors[j].bytes, 0xff, TENSOR_SIZE_KNOWN); /* never equal to a real tensor */
         g_tcount++;
     }
@@ -838,10 +874,18 @@ VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     if (name && strcmp(name, OP_GLU_NAME) == 0) put_op(L, 2, RD(int32_t, t, OFF_OP_PARAMS));
 }
 
+/* While a graph's tensors are written (put_graph_tensors), each tensor is compared once:
+ * a node's sources are other nodes and leafs of the same graph, met again and again */
+VZ_LOCAL uint64_t g_pass, g_passes;
+
 VZ_LOCAL void put_tensor(ggml_lib *L, const void *t) {
     if (t == NULL || L->status < 0) return;
     if (!tensor_layout_ok(L, t)) return;
     tslot *s = tensor_slot((uintptr_t)t);
+    if (s && g_pass) {
+        if (s->pass == g_pass) return;
+        s->pass = g_pass;
+    }
     if (s && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0) return;
     put_tensor_refs(L, t);
     if (s) memcpy(s->bytes, t, TENSOR_SIZE_KNOWN);
@@ -874,22 +918,32 @@ VZ_LOCAL void put_graph_tensors(ggml_lib *L, void *g) {
     if (g == NULL || L->status < 0 || !graph_layout_ok(L, g)) return;
     int n_leafs = RD(int, g, G_OFF_N_LEAFS), n_nodes = RD(int, g, G_OFF_N_NODES);
     void **leafs = RD(void **, g, G_OFF_LEAFS), **nodes = RD(void **, g, G_OFF_NODES);
+    g_pass = ++g_passes;
     for (int i = 0; i < n_leafs; i++) put_tensor_deep(L, leafs[i]);
     for (int i = 0; i < n_nodes; i++) put_tensor_deep(L, nodes[i]);
+    g_pass = 0;
 }
 
 /* A call record with the graph's node and leaf lists (and buffer ids where given). The
  * lists are written as a sequence of records when they exceed one record's space. */
 /* "object\tfunction" of the code that called a hook: where in the program a plan or a
  * compute was asked for (the function name may be C++-mangled) */
-VZ_LOCAL void site_of(void *caller, char *out, size_t n) {
+VZ_LOCAL const char *site_of(void *caller) {
+    static char scratch[512];
+    size_t slot = ((uintptr_t)caller >> 2) % SITE_CACHE;
+    int cached = caller && g_sites[slot].site == caller; /* enter() put it there: this hook's caller */
+    if (cached && g_sites[slot].named) return g_sites[slot].name;
+    char *out = cached ? g_sites[slot].name : scratch;
+    size_t n = cached ? SITE_NAME : sizeof scratch;
     Dl_info di;
     out[0] = '\0';
-    if (caller && dladdr(caller, &di)) {
+    if (caller && dladdr(caller, &di)) { /* a scan of the object's symbols: once per call site */
         const char *obj = di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
         obj = obj ? obj + 1 : (di.dli_fname ? di.dli_fname : "?");
         snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "");
     }
+    if (cached) g_sites[slot].named = 1;
+    return out;
 }
 
 VZ_LOCAL void put_call(ggml_lib *L, uint64_t id, uint64_t parent, int kind, void *object, void *graph,
@@ -915,9 +969,7 @@ VZ_LOCAL void put_call(ggml_lib *L, uint64_t id, uint64_t parent, int kind, void
     rec_i64(&r, n_leafs);
     rec_i64(&r, node_ids != NULL);
     rec_i64(&r, leaf_ids != NULL);
-    char site[512];
-    site_of(caller, site, sizeof site);
-    rec_str(&r, site);
+    rec_str(&r, site_of(caller));
     /* a graph larger than one record (~60k tensors) is cut into continuation records */
     size_t fixed = r.len;
     size_t per_node = 8 + (node_ids ? 4 : 0), per_leaf = 8 + (leaf_ids ? 4 : 0);
