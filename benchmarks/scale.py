@@ -7,11 +7,16 @@ its events in memory. Each command runs as a subprocess under ``/usr/bin/time -v
 wall seconds and peak resident memory (max RSS) are what a user sees.
 
     python benchmarks/scale.py make DIR --events 2000000 [--mix rebuild|reuse] [--chunk N]
+    python benchmarks/scale.py make DIR --events 20000000 --from CAPTURED.vztrace [--chunk token]
     python benchmarks/scale.py run TRACE [--commands check,summary,export] [--repeat 2]
 
 ``make`` writes ``DIR/<mix>-<events>.vztrace`` (chunks of ``--chunk`` events, default
 65,536 as ``vizalloc.save`` writes them; ``--chunk token`` cuts one chunk per graph
-compute, as a live trace is flushed). ``run`` prints one line per command: wall seconds
+compute, as a live trace is flushed). ``--from`` takes a trace of a real process
+(``vizalloc run -- python -m vizalloc.capture.llama MODEL --generate N``) instead and
+repeats its last token (from the compute before the last to the last compute and the reads
+after it; its compute ids moving as they moved from the token before) until the trace has
+``--events`` events, then the events after the last token (the buffers freed at exit). ``run`` prints one line per command: wall seconds
 (best of ``--repeat``), CPU seconds (user + system) of that run, max RSS in MB, bytes of
 output. On a shared machine the CPU seconds are the steadier figure. Never run two 20M-event jobs at
 once on a shared machine: each can take gigabytes.
@@ -28,7 +33,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import fields
+from typing import Any
+from dataclasses import fields, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,16 +114,67 @@ def token_stream(prefix: list[ev.Event], token: list[ev.Event], n_events: int, m
         t_base = values[1]  # type: ignore[possibly-undefined]
 
 
-def make(out_dir: Path, n_events: int, mix: str, chunk: str) -> Path:
-    mod = _analysis_module()
-    prefix, token = mod.record_template()
-    path = out_dir / f"{mix}-{n_events}{'-tok' if chunk == 'token' else ''}.vztrace"
+def captured_stream(events: list[ev.Event], n_events: int) -> Iterator[ev.Event]:
+    """A captured trace with its last token repeated up to ``n_events`` events (see the module's doc)."""
+    cuts = []
+    for i, e in enumerate(events):
+        if type(e) is ev.ComputeEnd:
+            j = i + 1
+            while j < len(events) and type(events[j]) is ev.TensorGet:
+                j += 1
+            cuts.append(j)
+    if len(cuts) < 3:
+        raise SystemExit("--from: the trace needs at least three graph computes")
+    a, b, c = cuts[-3:]
+    before, token, tail = events[a:b], events[b:c], events[c:]
+    if [type(e) for e in before] != [type(e) for e in token]:
+        raise SystemExit("--from: the last two tokens differ in their events; nothing to repeat")
+    moves: dict[str, int] = {}
+    for p, e in zip(before, token):
+        for name in ev.payload_fields(type(e)):
+            if name in ev.ID_FIELDS and getattr(p, name) != getattr(e, name):
+                if isinstance(getattr(e, name), tuple) or moves.get(name, getattr(e, name) - getattr(p, name)) \
+                        != getattr(e, name) - getattr(p, name):
+                    raise SystemExit(f"--from: the last two tokens' {name} do not move by one amount")
+                moves[name] = getattr(e, name) - getattr(p, name)
+    head_n = min(c, n_events - len(tail))
+    yield from events[:head_n]
+    seq = events[head_n - 1].seq
+    span = token[-1].t_ns - before[-1].t_ns
+    k = 0
+    n = head_n
+    while n + len(token) <= n_events - len(tail):
+        k += 1
+        for e in token:
+            seq += 1
+            changes: dict[str, Any] = {"seq": seq, "t_ns": e.t_ns + k * span}
+            changes.update({name: getattr(e, name) + k * d for name, d in moves.items() if hasattr(e, name)})
+            yield replace(e, **changes)
+        n += len(token)
+    for e in tail:
+        seq += 1
+        yield replace(e, seq=seq, t_ns=e.t_ns + k * span)
+
+
+def make(out_dir: Path, n_events: int, mix: str, chunk: str, source: Path | None = None) -> Path:
+    if source is not None:
+        from vizalloc.trace.api import load
+
+        stream = captured_stream(list(load(source).events), n_events)
+        path = out_dir / f"{source.stem}-{n_events}{'-tok' if chunk == 'token' else ''}.vztrace"
+    else:
+        mod = _analysis_module()
+        prefix, token = mod.record_template()
+        stream = token_stream(prefix, token, n_events, mix)
+        path = out_dir / f"{mix}-{n_events}{'-tok' if chunk == 'token' else ''}.vztrace"
     per_chunk = None if chunk == "token" else int(chunk)
     t0 = time.perf_counter()
     with open(path, "wb") as f:
         writer = TraceFileWriter(f, TraceHeader.new())
         pending: list[ev.Event] = []
-        for e in token_stream(prefix, token, n_events, mix):
+        n = 0
+        for e in stream:
+            n += 1
             pending.append(e)
             if (per_chunk is None and type(e) is ev.ComputeEnd) or (per_chunk is not None and len(pending) >= per_chunk):
                 writer.write_events(pending)
@@ -125,8 +182,8 @@ def make(out_dir: Path, n_events: int, mix: str, chunk: str) -> Path:
         if pending:
             writer.write_events(pending)
         writer.close()
-    print(f"wrote {path}: {n_events:,} events, {path.stat().st_size:,} bytes "
-          f"({path.stat().st_size / n_events:.1f} B/event) in {time.perf_counter() - t0:.0f} s")
+    print(f"wrote {path}: {n:,} events, {path.stat().st_size:,} bytes "
+          f"({path.stat().st_size / n:.1f} B/event) in {time.perf_counter() - t0:.0f} s")
     return path
 
 
@@ -169,13 +226,14 @@ def main() -> None:
     p.add_argument("--events", type=int, default=2_000_000)
     p.add_argument("--mix", choices=("rebuild", "reuse"), default="rebuild")
     p.add_argument("--chunk", default="65536", help="events per chunk, or 'token' (one chunk per compute)")
+    p.add_argument("--from", dest="source", type=Path, help="a captured trace whose last token is repeated")
     p = sub.add_parser("run")
     p.add_argument("trace", type=Path)
     p.add_argument("--commands", default="check,summary,export")
     p.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     if args.what == "make":
-        make(args.out_dir, args.events, args.mix, args.chunk)
+        make(args.out_dir, args.events, args.mix, args.chunk, args.source)
     else:
         run(args.trace, args.commands.split(","), args.repeat)
 

@@ -1,7 +1,9 @@
 """Decode loops recorded with the real runtime: the same small graph built, bound with one plan and
 computed token after token, then something that touches what the loop left behind. The stream
 analysis skips most of the tokens; these traces check that what it then reports is what the
-object path reports.
+object path reports. The ``kv_`` loops keep a cache, as llama.cpp does: each token reads the
+cache the token before wrote, and writes it (``ggml_cpy`` into it), with one graph computed
+again and again (``kv_reuse``, llama.cpp's graph reuse) or a new graph per token.
 
     >>> events = record("plain", tokens=6)
     >>> sum(type(e).__name__ == "ComputeEnd" for e in events)
@@ -27,7 +29,8 @@ from vizalloc.trace.recorder import ListRecorder
 
 D = 8
 SCENARIOS = ("plain", "reuse", "replan_after", "free_after", "read_old", "rename_old", "clear_old", "shared_each_step",
-             "reuse_then_other", "two_shapes")
+             "reuse_then_other", "two_shapes", "kv_reuse", "kv_rebuild", "kv_reuse_replan_after",
+             "kv_rebuild_free_after", "kv_reuse_clobber_cache")
 
 
 def _weights(ctx: Context) -> dict[str, Tensor]:
@@ -36,12 +39,17 @@ def _weights(ctx: Context) -> dict[str, Tensor]:
     return w
 
 
-def _graph(ctx: Context, w: dict[str, Tensor], t: int = 2, extra: Tensor | None = None) -> tuple[Graph, Tensor, Tensor]:
+def _graph(ctx: Context, w: dict[str, Tensor], t: int = 2, extra: Tensor | None = None,
+           cache: Tensor | None = None) -> tuple[Graph, Tensor, Tensor]:
     x = ctx.new_tensor_2d(F32, D, t, name="inp")
     set_input(x)
     n = ops.mul(ctx, ops.rms_norm(ctx, x, 1e-5), w["norm"])
     q = ops.mul_mat(ctx, w["wq"], n)
     k = ops.mul_mat(ctx, w["wk"], n)
+    stored = None
+    if cache is not None:   # read what the token before stored, store this token's
+        k = ops.add(ctx, k, ops.scale(ctx, cache, 0.5))
+        stored = ops.cpy(ctx, k, cache)
     att = ops.soft_max_ext(ctx, ops.mul_mat(ctx, k, q), None, 0.5, 0.0)
     vt = ops.cont(ctx, ops.transpose(ctx, n))
     h = ops.add(ctx, x, ops.mul_mat(ctx, w["wo"], ops.cont(ctx, ops.transpose(ctx, ops.mul_mat(ctx, att, vt)))))
@@ -50,6 +58,8 @@ def _graph(ctx: Context, w: dict[str, Tensor], t: int = 2, extra: Tensor | None 
     out = ops.sum(ctx, h)
     set_output(out)
     g = Graph()
+    if stored is not None:
+        g.build_forward_expand(stored)
     g.build_forward_expand(out)
     return g, x, out
 
@@ -72,6 +82,34 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
         if scenario == "shared_each_step":
             sctx = Context(name="shared", no_alloc=True)
             shared = ops.scale(sctx, w["norm"], 2.0)
+        cache = None
+        if scenario.startswith("kv_"):
+            cctx = Context(name="kv")
+            cache = cctx.new_tensor_2d(F32, D, 2, name="cache")
+            alloc_ctx_tensors(cctx, buft)
+            tensor_set(cache, np.zeros(cache.nelements, dtype=np.float32))
+        if scenario.startswith("kv_reuse"):
+            ctx = Context(name="token")
+            g, x, out = _graph(ctx, w, cache=cache)
+            galloc.alloc_graph(g)
+            for _ in range(tokens + 1):
+                tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
+                graph_compute(backend, g)
+                tensor_get(out)
+            if scenario == "kv_reuse_replan_after":
+                ctx = Context(name="bigger")
+                g, x2, out2 = _graph(ctx, w, t=6)
+                galloc.alloc_graph(g)
+                tensor_set(x2, rng.standard_normal(x2.nelements).astype(np.float32))
+                graph_compute(backend, g)
+                tensor_get(out)        # the loop's output: its bytes were planned over
+            elif scenario == "kv_reuse_clobber_cache":
+                assert cache is not None
+                tensor_set(cache, np.ones(cache.nelements, dtype=np.float32))   # the host overwrites the cache
+                tensor_get(out)
+                graph_compute(backend, g)
+                tensor_get(out)
+            return rec.events
         if scenario in ("reuse", "reuse_then_other"):
             ctx = Context(name="token")
             g, x, out = _graph(ctx, w)
@@ -95,7 +133,7 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
             if scenario == "two_shapes" and i % 2:
                 g, x, out = _graph(ctx, w, t=3)
             else:
-                g, x, out = _graph(ctx, w, extra=shared)
+                g, x, out = _graph(ctx, w, extra=shared, cache=cache)
             galloc.alloc_graph(g)
             tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
             graph_compute(backend, g)
@@ -109,7 +147,7 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
             tensor_set(x, rng.standard_normal(x.nelements).astype(np.float32))
             graph_compute(backend, g)
             tensor_get(outs[3])        # an old token's output: its bytes were planned over
-        elif scenario == "free_after":
+        elif scenario in ("free_after", "kv_rebuild_free_after"):
             for bufs in galloc.buffers:
                 for b in bufs or ():
                     b.free("done")

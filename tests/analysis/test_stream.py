@@ -6,9 +6,9 @@ file with repeated steps skipped) must give the same hazards, the same report te
 same summary and the same JSON report, whatever the batch sizes. The traces: the
 scenarios the other tests build (shared-tensor training loops with every fix strategy and
 driver, the exporters' scenarios, real-ggml bug shapes, the TUI's fixture) and decode
-loops (``decode_loops.py``) whose repeated tokens are skipped, followed by what touches
-what they left (a re-plan, a buffer free, reads, clears and renames of old tokens'
-tensors).
+loops (``decode_loops.py``, some with a KV cache each token reads and writes) whose
+repeated tokens are skipped, followed by what touches what they left (a re-plan, a buffer
+free, reads, clears and renames of old tokens' tensors, the host writing the cache).
 
 ``VIZALLOC_CORPUS_DIR=DIR python -m pytest tests`` writes every trace the whole suite
 analyses; ``python -m tests.analysis.test_stream DIR`` then compares both paths on each.
@@ -126,8 +126,26 @@ def test_repeated_tokens_are_skipped(scenario: str) -> None:
     model = stream.model
     # the skipped tokens' tensors are in the model, made from one token's records when asked
     assert len(model.tensors) == len(build_model(events).tensors)
-    if not scenario.startswith("reuse"):  # a reused graph makes no tensors per token
+    if "reuse" not in scenario:  # a reused graph makes no tensors per token
         assert len(model.tensors) - len(model.tensors.live) >= 9 * 10   # ~15 tensors per token
+
+
+@pytest.mark.parametrize("scenario", ["kv_reuse", "kv_rebuild"])
+def test_a_token_that_reads_what_the_token_before_wrote_is_skipped(scenario: str, monkeypatch: Any) -> None:
+    """A KV cache is read and written by every token: each token reads what the one before wrote.
+    Such tokens are skipped too (``relative`` runs); the last one reads the state the token
+    before it would have left (the writers' seqs moved), which its check proves: without that
+    move the analysis stops with a RepetitionError instead of reporting from the wrong state."""
+    from vizalloc.analysis import stream as stream_mod
+
+    events = decode_loops.record(scenario, tokens=12)
+    model, hazards, stream = stream_of_columns(events, 1 << 20)
+    assert stream.n_skipped_steps == 9 and [r.relative for r in stream.runs.runs] == [True]
+    expected = build_model(events)
+    assert outputs(model, hazards) == outputs(expected, find_hazards(expected))
+    monkeypatch.setattr(stream_mod.StreamAnalysis, "_move_writes", lambda self, run, steps: None)
+    with pytest.raises(stream_mod.RepetitionError, match="did not repeat"):
+        stream_of_columns(events, 1 << 20)
 
 
 def test_a_token_that_finds_hazards_is_analysed_every_time() -> None:

@@ -51,6 +51,8 @@ class Observation:
         self.log: list[tuple[str, Any, Any]] = []
         self.seen: set[tuple[str, Any]] = set()       # entries read or written in the step
         self.written_bytes: dict[int, list[tuple[int, int]]] = {}  # buffer -> ranges the step wrote
+        self.writes: set[tuple[str, Any]] = set()     # entries written in the step
+        self.seqs = (0, -1)                           # the step's first and last seq
 
     def read(self, name: str, key: Any, value: Any) -> None:
         k = (name, key)
@@ -60,6 +62,7 @@ class Observation:
 
     def wrote(self, name: str, key: Any) -> None:
         self.seen.add((name, key))
+        self.writes.add((name, key))
 
 
 def digest(v: Any) -> Any:

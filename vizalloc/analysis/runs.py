@@ -87,6 +87,8 @@ class Run:
     columns: Any = None
     observed: Any = None
     observed_at: int = 0
+    #: the observed step read what the step before it wrote (``stream._independent``)
+    relative: bool = False
 
     # -- ids ------------------------------------------------------------------------------------
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ Analysis time and memory per repeated step are then a few numbers, not its event
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -237,8 +238,10 @@ class StreamAnalysis:
                 self._materialize_refs(batch, lo, hi)
             seen = self._observed(batch, lo, hi)
             attempts += 1
-            if seen is not None and prev is not None and _independent(prev, seen, shift):
-                return self._skip(batch, steps, i, rep, seen, last_step)
+            if seen is not None and prev is not None:
+                alike = _independent(prev, seen, shift, prev[0].seqs)
+                if alike is not None:
+                    return self._skip(batch, steps, i, rep, seen, last_step, relative=alike)
             prev = seen
             i += 1
         self._literal(batch, steps[i][0], end)
@@ -251,6 +254,7 @@ class StreamAnalysis:
         """Analyse events ``lo..hi`` while noting what they read; None when they found something
         (a step that finds a hazard is never skipped: its findings would have to be repeated)."""
         obs = Observation()
+        obs.seqs = (batch.seq_at(lo), batch.seq_at(hi - 1))
         b, m, s = self.builder, self.model, self.scan
         for name in ("open_sched",):
             obs.log.append(("builder", name, getattr(b, name)))
@@ -320,7 +324,7 @@ class StreamAnalysis:
         return out
 
     def _skip(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], i: int, rep: Repetition,
-              seen: tuple[Observation, dict[str, int]], last_step: int) -> tuple[int, int]:
+              seen: tuple[Observation, dict[str, int]], last_step: int, *, relative: bool) -> tuple[int, int]:
         """Steps ``i - 1`` and ``i`` were analysed and read the same: count steps ``i + 1 ..
         rep.last - 1``, then analyse the last one (observed, and checked against step ``i``), or,
         when it is the batch's last step, carry it: the next batch may go on with the same step."""
@@ -346,7 +350,7 @@ class StreamAnalysis:
             run = runs_mod.Run(shift, shift.seq, template, 0, hi - lo, first_seq, growth["placements"],
                                np.zeros(0, dtype=np.int64))
             run.columns = batch.part(lo, hi)
-        run.observed, run.observed_at = seen, j
+        run.observed, run.observed_at, run.relative = seen, j, relative
         run.insert_at = {"tensors": len(m.tensors), "graphs": len(m.graphs), "bindings": len(m.bindings),
                          "computes": len(m.computes)}
         for buf in run.template.by_buffer:
@@ -397,15 +401,49 @@ class StreamAnalysis:
         return self._after_skipped(batch, steps, rep, run, k + rep.last, last_step)
 
     def _last_of_run(self, batch: ColumnBatch, step: tuple[int, int], run: runs_mod.Run, k: int) -> None:
-        """Analyse a run's last step (instance ``k``): it must read what the run's observed step read."""
+        """Analyse a run's last step (instance ``k``): it must read what the run's observed step read
+        (what the step before it wrote, moved, where the observed step read the step before it)."""
+        before = k - 1 - run.observed_at   # steps between the observed step and the one before the last
+        if run.relative and before > 0:
+            self._move_writes(run, before)
         if self.runs.runs:
             self._materialize_refs(batch, *step)
         checked = self._observed(batch, *step)
-        if checked is None or not _independent(run.observed, checked, _times(run.shift, k - run.observed_at)):
+        lo, hi = run.observed[0].seqs
+        prev_seqs = (lo + run.seq_move * before, hi + run.seq_move * before)
+        if checked is None or _independent(run.observed, checked, _times(run.shift, k - run.observed_at),
+                                           prev_seqs if run.relative else None) is None:
             raise RepetitionError(
                 f"the repetition that ends at seq {batch.seq_at(step[0])} did not repeat: its last step read other "
                 "state than the ones before it; analyse the trace without skipping repetitions (repeat=False) "
                 "and report this")
+
+    def _move_writes(self, run: runs_mod.Run, steps: int) -> None:
+        """The state the observed step wrote of objects older than the run (the access pass' last
+        writes: a KV cache, the compute buffer's bytes) as the step ``steps`` later left it, which
+        the run's last step reads: the writers' seqs and ids moved."""
+        obs = run.observed[0]
+        lo, hi = obs.seqs
+        d = run.seq_move * steps
+        shift = _times(run.shift, steps)
+        last_write = self.scan.last_write
+        for name, key in obs.writes:
+            if name == "last_write":
+                v = last_write.get(key)
+                if v is not None and lo <= v <= hi and _older(run.shift, "tensor", key):
+                    last_write[key] = v + d
+        moved: dict[int, Any] = {}
+        for buffer_id, ranges in obs.written_bytes.items():
+            bm = self.scan.maps[buffer_id]
+            for a, z in ranges:
+                for s, e, rec in bm.scan(a, z):
+                    if rec is None or not lo <= rec[2] <= hi:
+                        continue
+                    new = moved.get(id(rec))
+                    if new is None:
+                        new = moved[id(rec)] = (shift.id("tensor", rec[0]), shift.id("tensor", rec[1]), rec[2] + d,
+                                                _moved_event(rec[3], shift, d))
+                    bm.write(s, e, new)
 
     def _end_columns(self) -> None:
         """No more batches: the carried events (an open run's last step, the trace's last events)."""
@@ -535,17 +573,23 @@ def _times(shift: Shift, k: int) -> Shift:
 
 
 def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observation, dict[str, int]],
-                 shift: Shift) -> bool:
-    """Whether the second step read nothing the first did not read, with the same value (keys of
-    the second step's own objects moved back by ``shift``), and grew the same containers alike."""
+                 shift: Shift, prev_seqs: tuple[int, int] | None) -> bool | None:
+    """Whether the second step read what the first read (keys of the second step's own objects
+    moved back by ``shift``) and grew the same containers alike: None when not; True when some
+    reads were of what the step right before the second wrote (seqs ``prev_seqs``; None: none
+    may be), at the place where the first step read the step before it (its last-writer seq
+    moved by ``shift``): a same-graph decode loop's KV cache, written at one token and read at
+    the next. Such a step may write entries of older objects only in the access pass' last
+    writes (``_move_writes`` moves those for the run's last step); False when none were."""
     (obs1, grew1), (obs2, grew2) = first, second
     if grew1 != grew2:
-        return False
+        return None
     if any(n not in _GROWING for n, d in grew2.items() if d):
-        return False
+        return None
     seen: dict[tuple[str, Any], set[Any]] = {}
     for name, key, value in obs1.log:
         seen.setdefault((name, key), set()).add(value)
+    relative = False
     for name, key, value in obs2.log:
         kind = _KEY_KIND.get(name)
         if kind is not None and isinstance(key, int):
@@ -553,9 +597,50 @@ def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observ
             if rule is not None and key - rule[1] >= rule[0]:
                 key = key - rule[1]
         values = seen.get((name, key))
-        if values is None or value not in values:
-            return False
-    return True
+        if values is None:
+            return None
+        if value in values:
+            continue
+        if prev_seqs is None or name not in ("last_write", "bytes") \
+                or type(value) is not (int if name == "last_write" else tuple):
+            return None
+        if name == "last_write":
+            if not prev_seqs[0] <= value <= prev_seqs[1] or value - shift.seq not in values:
+                return None
+        else:
+            wkey, writer, wseq = value
+            back = (shift.id("tensor", wkey, -1), shift.id("tensor", writer, -1), wseq - shift.seq)
+            if not prev_seqs[0] <= wseq <= prev_seqs[1] or back not in values:
+                return None
+        relative = True
+    if relative and any(name != "last_write" and not _own(shift, name, key) for name, key in obs2.writes):
+        return None
+    return relative
+
+
+def _own(shift: Shift, name: str, key: Any) -> bool:
+    """Whether ``key`` of container ``name`` is an object the step made (its id moves step by step)."""
+    kind = _KEY_KIND.get(name)
+    return kind is not None and isinstance(key, int) and not _older(shift, kind, key)
+
+
+def _older(shift: Shift, kind: str, key: int) -> bool:
+    """Whether id ``key`` of ``kind`` stays from step to step (an object older than the run)."""
+    rule = shift.ids.get(kind)
+    return rule is None or key < rule[0]
+
+
+def _moved_event(e: ev.Event, shift: Shift, d: int) -> ev.Event:
+    """Writer event ``e`` as the same event ``shift`` later (``seq`` moved by ``d``; its times stay:
+    reports name a writer by seq, node and compute, never by time)."""
+    changes: dict[str, Any] = {"seq": e.seq + d}
+    for f in ev.payload_fields(type(e)):
+        kind = ev.ID_FIELDS.get(f)
+        if kind is None:
+            continue
+        v = getattr(e, f)
+        changes[f] = tuple(shift.id(kind, x) for x in v) if isinstance(v, tuple) else shift.id(kind, v)
+    return replace(e, **changes)
 
 
 def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, list[Hazard]]:

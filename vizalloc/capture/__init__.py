@@ -52,7 +52,9 @@ def import_capture(capture: str | os.PathLike[str], output: str | os.PathLike[st
     data = Path(capture).read_bytes()
     records, cut_at = read_records(data)
     check_new(output, overwrite=force, flag="-f", other="use -o to choose another name")
-    with trace(str(output), keep_events=False, overwrite=force):
+    # the replay runs after the program: every chunk compressed (a live trace compresses only
+    # what costs the program little, and the replay's flushes come far faster than the program's)
+    with trace(str(output), keep_events=False, overwrite=force, compress_max_overhead=None):
         result = Importer(records, program=program, cut_at=cut_at).run()
     return result
 
