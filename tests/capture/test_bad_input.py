@@ -100,3 +100,17 @@ def test_a_program_killed_before_the_capture_wrote_anything(tmp_path: Path) -> N
                          "scheduler or buffer function, or did so less than 100 ms before it died without a graph "
                          "compute or plan ending")
     assert "never called ggml" not in done.stderr
+
+
+def test_without_a_compiler_the_message_says_what_to_install(tmp_path: Path) -> None:
+    """The capture library is built on first use; no compiler is a clear error (exit 2), and
+    nothing else of vizalloc needs one."""
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("VIZALLOC_CAPTURE_LIB", None)
+    done = subprocess.run([sys.executable, "-m", "vizalloc", "run", "-o", "t.vztrace", "--", sys.executable, "-c",
+                           "print('ran')"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "ran" not in done.stdout  # the program is not started without its capture
+    assert "needs a C compiler" in done.stderr and "apt install gcc" in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+    assert not (tmp_path / "t.vztrace").exists()

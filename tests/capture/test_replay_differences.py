@@ -3,6 +3,7 @@ real run is edited (one placement moved, one buffer resized) and the import must
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -73,3 +74,22 @@ def test_a_buffer_of_another_size_is_reported(records: list[rf.Record]) -> None:
     found = [e for e in _import(edited) if isinstance(e, ev.ReplayMismatch)]
     assert [e.what for e in found] == ["buffer_size"]
     assert found[0].observed == "576 bytes" and found[0].replayed.startswith("512 bytes")
+
+
+def test_summary_names_the_process_and_each_difference(records: list[rf.Record], tmp_path: Path) -> None:
+    import vizalloc
+
+    edited = [replace(r, size=r.size + 64) if isinstance(r, rf.BufferInfo) and r.owner_galloc else r for r in records]
+    path = tmp_path / "edited.vztrace"
+    with vizalloc.trace(str(path)):
+        Importer(edited, program="ggml_python_add.py").run()
+    done = subprocess.run([sys.executable, "-m", "vizalloc", "summary", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "captured from ggml_python_add.py" in out and "ggml 0.15.3" in out and "1 replay difference(s)" in out
+    assert "replay difference: ggml 0.15.3's ggml_gallocr_alloc_graph sized a buffer: 576 bytes; vizalloc's replay: 512 bytes" in out
+    data = json.loads(subprocess.run([sys.executable, "-m", "vizalloc", "summary", "--json", str(path)],
+                                     capture_output=True, text=True, timeout=120).stdout)
+    assert [d["what"] for d in data["replay_differences"]] == ["buffer_size"]
+    assert data["captured"][0]["ggml_version"] == "0.15.3"

@@ -245,3 +245,21 @@ def test_with_stock_memory_the_no_fix_loop_dies_and_the_trace_keeps_what_led_the
     found = {(k, frozenset((h["tensor"]["name"], h["other"]["name"])))
              for h in json.loads(check.stdout)["hazards"] if h["kind"] == "stale-overlap" for k in h["steps"]}
     assert len(expected) == 4 and found == expected
+
+
+@pytest.mark.parametrize("traced", [("python", "none")], indirect=True, ids=["python-none"])
+def test_each_scheduler_compute_is_one_split_on_the_cpu_backend(traced: Traced) -> None:
+    """The scheduler ran each graph as one split (one backend here): the trace has the split
+    with the nodes the backend computed, in order."""
+    events = load(traced.trace).events
+    splits = [e for e in events if isinstance(e, ev.SchedSplit)]
+    computes = [e for e in events if isinstance(e, ev.ComputeBegin)]
+    assert len(splits) == len(computes) == len(_alloc_steps(traced.golden))
+    assert {(s.split_index, s.backend) for s in splits} == {(0, "CPU")}
+    for split in splits:
+        i = events.index(split)
+        begin = next(e for e in events[i:] if isinstance(e, ev.ComputeBegin))
+        assert begin.backend == "CPU"
+        computed = [e.tensor_id for e in events[i:] if isinstance(e, ev.NodeCompute)
+                    and e.compute_id == begin.compute_id]
+        assert computed and set(computed) <= set(split.nodes)

@@ -47,6 +47,9 @@ from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
 
 
+_SCHED_COMPUTES = frozenset({rf.CallKind.SCHED_COMPUTE, rf.CallKind.SCHED_COMPUTE_ASYNC})
+
+
 class CaptureImportError(VizallocError):
     """A capture cannot be replayed (a type or op this vizalloc does not know, a graph that
     names a tensor never described)."""
@@ -605,7 +608,13 @@ class Importer:
         if kind in rf.GALLOC_CALLS and self._replay_call() is None:
             self._replay(open_)
         elif kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
-            self._compute(r, self.backends.get(r.obj, "?"))
+            backend = self.backends.get(r.obj, "?")
+            sched = next((c for c in self.stack if c.call.kind in _SCHED_COMPUTES), None)
+            if sched is not None:  # one split of the scheduler's graph, run by one backend
+                nodes = tuple(self._mirror_of(a, "a split node").id for a in r.nodes)
+                recorder.emit(ev.SchedSplit, self.scheds.get(sched.call.obj, -1), self._graph(sched.call).id,
+                              sched.computes, backend, nodes, ())
+            self._compute(r, backend)
             for outer in self.stack:
                 outer.computes += 1
         elif kind == rf.CallKind.SCHED_RESET:

@@ -74,6 +74,14 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
                      "free_cause": b.free_cause, "placements": len(b.placements)} for b in model.buffers.values()],
         "peak_buffer_bytes": peak_buffer_bytes(model),
         "hazard_counts": counts(hazards),
+        # a trace captured from a real process: which one, and every place vizalloc's replay
+        # of its allocator disagreed with it (never hidden)
+        "captured": [{"program": e.program, "pid": e.pid, "ggml_version": e.ggml_version, "ggml_path": e.ggml_path,
+                      "rules_version": e.rules_version, "note": e.note} for e in model.captured],
+        "replay_differences": [
+            {"what": h.cause, "tensor": h.tensor.name if h.tensor is not None else None,
+             "tensor_id": h.tensor_id, "call": h.access, "detail": h.detail, "occurrences": h.occurrences}
+            for h in hazards if h.kind.value == "replay-mismatch"],
     }
 
 
@@ -130,6 +138,18 @@ def _render(data: dict[str, Any]) -> None:
     console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
                        f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
                        f"peak buffer bytes {data['peak_buffer_bytes']:,}"))
+
+    for c in data["captured"]:
+        rules = "" if c["rules_version"] in ("", c["ggml_version"]) else f", replayed with ggml {c['rules_version']}'s rules"
+        where = f"ggml {c['ggml_version']} ({c['ggml_path']}){rules}" if c["ggml_version"] else "no ggml"
+        console.print(Text(f"captured from {inert(c['program'], NAME_CHARS)} (pid {c['pid']}): {inert(where, 400)}; "
+                           f"{len(data['replay_differences'])} replay difference(s)"))
+        if c["note"]:
+            console.print(Text(f"  note: {inert(c['note'], 2000)}"))
+    for d in data["replay_differences"]:
+        who = f"tensor {inert(d['tensor'] or '', NAME_CHARS)!r} (#{d['tensor_id']}): " if d["tensor_id"] >= 0 else ""
+        times = f" ({d['occurrences']}x)" if d["occurrences"] > 1 else ""
+        console.print(Text(f"  replay difference{times}: {who}{inert(d['detail'], 2000)}", style="bold red"))
 
     t = Table(title="graphs (equal ones folded)", title_justify="left")
     for col in ("graphs", "kind", "nodes", "leafs", "copied from"):

@@ -47,14 +47,13 @@ from typing import Any
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import PlanInfo
 from vizalloc.errors import UsageError
+from vizalloc.replay.rebuild import Rebuilt
 from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
 from vizalloc.runtime.backends.cpu import CPUBackend
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
-from vizalloc.runtime.context import Context
-from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.sched import Scheduler
-from vizalloc.runtime.tensor import Flag, Op, Tensor, UnaryOp
+from vizalloc.runtime.tensor import Flag, Op, Tensor
 
 #: ggml-cuda's buffer types and rules
 CUDA_ALIGNMENT = 128
@@ -63,7 +62,6 @@ OFFLOAD_MIN_BATCH = 32
 #: llama.cpp assigns ``norm-<il>`` to its layer's device below this many tokens
 NORM_ASSIGN_BELOW = 32
 
-_UNARY = {u.value: u for u in UnaryOp}
 _LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
 _KV = re.compile(r"^cache_[kvrs]_l\d+$")
 _NORM = re.compile(r"^norm-(\d+)$")
@@ -162,42 +160,14 @@ class _Rebuild:
 
     def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[str, BufferType]) -> None:
         self.model, self.plan, self.placement, self.bufts = model, plan, placement, bufts
-        self.ctx = Context(name="cuda split", max_tensors=None, no_alloc=True)
-        self.tensors: dict[int, Tensor] = {}
+        self.rebuilt = Rebuilt(model, "cuda split", flags=int(Flag.INPUT | Flag.OUTPUT | Flag.PARAM | Flag.LOSS))
+        self.tensors = self.rebuilt.tensors
         self.external = {d.tensor_id for d in plan.externals}
         graph = plan.graph
         assert graph is not None
-        self.nodes = [self._make(t) for t in graph.nodes]
-        self.leafs = [self._make(t) for t in graph.leafs]
+        self.nodes = [self.rebuilt.make(t) for t in graph.nodes]
+        self.leafs = [self.rebuilt.make(t) for t in graph.leafs]
         self._place_external()
-
-    def _make(self, tid: int) -> Tensor:
-        stack = [tid]
-        tensors = self.model.tensors
-        while stack:
-            cur = stack[-1]
-            if cur in self.tensors:
-                stack.pop()
-                continue
-            info = tensors.get(cur)
-            if info is None:
-                raise UsageError(f"tensor #{cur} of the replayed graph has no TensorCreated record in the trace")
-            deps = [d for d in (info.view_src, *info.srcs) if d >= 0 and d not in self.tensors and d != cur]
-            if deps:
-                stack.extend(deps)
-                continue
-            stack.pop()
-            params = tuple(_UNARY.get(p, p) if isinstance(p, str) and i == 0 and info.op == "UNARY" else p
-                           for i, p in enumerate(info.op_params))
-            t = self.ctx.new_tensor_impl(
-                DType.from_label(info.dtype), info.ne,
-                self.tensors[info.view_src] if info.view_src >= 0 else None, info.view_offs, nb=info.nb,
-                op=Op[info.op], src=[self.tensors[s] if s >= 0 else None for s in info.srcs],
-                op_params=params, name=info.name)
-            if info.flags:
-                t._set_flags(info.flags & int(Flag.INPUT | Flag.OUTPUT | Flag.PARAM | Flag.LOSS))
-            self.tensors[cur] = t
-        return self.tensors[tid]
 
     def _place_external(self) -> None:
         """Give every root the plan skipped as allocated elsewhere a buffer of its device."""

@@ -40,16 +40,13 @@ import numpy as np
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import UsageError, VizallocError
+from vizalloc.replay.rebuild import Rebuilt
 from vizalloc.runtime import memory
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage, pad
-from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels import compute_forward
-from vizalloc.runtime.tensor import Op, Tensor, UnaryOp
 from vizalloc.trace import events as ev
 from vizalloc.trace import recorder
-
-_UNARY = {u.value: u for u in UnaryOp}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,51 +152,6 @@ def _paused_recording() -> Iterator[None]:
     finally:
         recorder._recorders = saved  # noqa: SLF001
         recorder._capturing = saved_capture  # noqa: SLF001
-
-
-def _params(op: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
-    out = []
-    for i, p in enumerate(params):
-        if isinstance(p, str) and i == 0 and op == "UNARY" and p in _UNARY:
-            out.append(_UNARY[p])
-        else:
-            out.append(p)
-    return tuple(out)
-
-
-class _Rebuilt:
-    """The compute's tensors rebuilt in a fresh context (roots and views, sources first)."""
-
-    def __init__(self, model: TraceModel, wanted: set[int]) -> None:
-        self.model = model
-        self.ctx = Context(name="shadow", max_tensors=None)
-        self.tensors: dict[int, Tensor] = {}
-        for t in sorted(wanted):
-            self._make(t)
-
-    def _make(self, tid: int) -> Tensor:
-        stack = [tid]
-        tensors = self.model.tensors
-        while stack:
-            cur = stack[-1]
-            if cur in self.tensors:
-                stack.pop()
-                continue
-            info = tensors.get(cur)
-            if info is None:
-                raise UsageError(f"shadow execution: tensor #{cur} has no TensorCreated record in the trace")
-            deps = [d for d in (info.view_src, *info.srcs) if d >= 0 and d not in self.tensors and d != cur]
-            if deps:
-                stack.extend(deps)
-                continue
-            stack.pop()
-            self.tensors[cur] = self.ctx.new_tensor_impl(
-                DType.from_label(info.dtype), info.ne,
-                self.tensors[info.view_src] if info.view_src >= 0 else None, info.view_offs, nb=info.nb,
-                op=Op[info.op], src=[self.tensors[s] if s >= 0 else None for s in info.srcs],
-                op_params=_params(info.op, info.op_params), name=info.name,
-            )
-        return self.tensors[tid]
 
 
 def _closure(model: TraceModel, ids: set[int]) -> set[int]:
@@ -363,7 +315,9 @@ class _RunResult:
 
 def _run(model: TraceModel, comp: Any, wanted: set[int], begin: dict[int, ev.ValueSnapshot], *,
          private: bool) -> _RunResult:
-    rb = _Rebuilt(model, wanted)
+    rb = Rebuilt(model, "shadow execution")
+    for tid in sorted(wanted):
+        rb.make(tid)
     buffers: list[Buffer] = []
     notes: list[str] = []
     buft = BufferType("shadow", alignment=32)
