@@ -33,9 +33,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -98,7 +98,7 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
                 tensor_get(out)
             if scenario == "kv_reuse_replan_after":
                 ctx = Context(name="bigger")
-                g, x2, out2 = _graph(ctx, w, t=6)
+                g, x2, _ = _graph(ctx, w, t=6)
                 galloc.alloc_graph(g)
                 tensor_set(x2, rng.standard_normal(x2.nelements).astype(np.float32))
                 graph_compute(backend, g)

@@ -235,3 +235,33 @@ def test_the_log_filter_shows_memory_lines_and_failures(tmp_path: Path) -> None:
         "sched_reserve:        CPU compute buffer size =    34.27 MiB",
         "llama_model_load: error loading model: bad file",
     ]
+
+
+def test_the_generated_tokens_are_analysed_once_and_stored_compressed(generated: Traced) -> None:
+    """llama.cpp computes the same graph for every generated token, each reading the KV cache the
+    token before wrote: the stream analysis (check, summary, export) analyses a few of them and
+    counts the rest, with the object path's report. The import compresses every chunk: a
+    token's chunk is a few KB (~23 KB stored raw, as the replay's quick flushes were before)."""
+    import os
+    from itertools import pairwise
+
+    from tests.analysis.test_stream import outputs
+    from vizalloc.analysis.hazards import find_hazards
+    from vizalloc.analysis.model import build_model
+    from vizalloc.analysis.stream import StreamAnalysis
+    from vizalloc.trace.columns import read_columns
+    from vizalloc.trace.fileformat import TraceFileReader
+
+    stream = StreamAnalysis()
+    for batch in read_columns(generated.trace):
+        stream.feed_columns(batch)
+    hazards = stream.finish()
+    assert stream.n_skipped_steps >= 3 and [r.relative for r in stream.runs.runs] == [True]
+    model = build_model(generated.events)
+    assert outputs(stream.model, hazards) == outputs(model, find_hazards(model))
+    with open(generated.trace, "rb") as f:
+        offsets = [c.offset for c in TraceFileReader(f).chunks()] + [os.path.getsize(generated.trace)]
+    sizes = [b - a for a, b in pairwise(offsets)]
+    # one chunk per compute: the model's load, the prompt and the first tokens (graphs built and
+    # bound), then one per token that only computes
+    assert sorted(sizes)[len(sizes) // 2] < 4096, sizes

@@ -310,7 +310,8 @@ class RunTable:
             inside = np.zeros(len(values), dtype=bool)
             for a, b in spans:
                 inside |= (values >= a) & (values < b)
-        return values[inside].tolist()
+        out: list[int] = values[inside].tolist()
+        return out
 
     def find_placement(self, index: int) -> tuple[Run, int, int] | None:
         """(run, k, template position) of a skipped placement number."""

@@ -20,11 +20,24 @@ from typing import Any
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis import rects as rects_mod
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind, TensorRef, qlabel, tensor_ref
+from vizalloc.analysis.hazards import (
+    Collector,
+    Hazard,
+    HazardKind,
+    TensorRef,
+    qlabel,
+    tensor_ref,
+)
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState
+from vizalloc.analysis.records import (
+    NEVER,
+    BindingInfo,
+    GraphSnapshot,
+    Placement,
+    PlacementState,
+    TensorInfo,
+)
 from vizalloc.trace import events as ev
-
 
 # -- at a binding: overlaps of roots that are both live ------------------------------------
 
@@ -43,14 +56,16 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
         if state is PlacementState.DANGLING:
             key = (HazardKind.DANGLING, root, -1, p.buffer_id, "kept")
             if not col.bump(key, seq, b.binding_id):
-                col.add(key, lambda p=p, root=root: Hazard(
-                    HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
-                    access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
-                    access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
-                    other_loc=model.buffers[p.buffer_id].freed_loc,
-                    detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
-                           f" ({model.buffers[p.buffer_id].free_cause or 'no cause given'})",
-                    binding_id=b.binding_id), b.binding_id, seq)
+                def kept(p: Placement = p, root: int = root) -> Hazard:  # made at the end: bind the loop's values
+                    return Hazard(
+                        HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
+                        access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
+                        access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
+                        other_loc=model.buffers[p.buffer_id].freed_loc,
+                        detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
+                               f" ({model.buffers[p.buffer_id].free_cause or 'no cause given'})",
+                        binding_id=b.binding_id)
+                col.add(key, kept, b.binding_id, seq)
         # stale roots in a freed buffer still overlap each other there (golden: same instance)
         if p.nbytes > 0:
             by_buffer.setdefault(p.buffer_id, []).append((p.offset, p.end, root, p))
@@ -360,18 +375,21 @@ def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> No
         key = (HazardKind.PLAN_OVERFLOW, b.galloc_id, plan.plan_id, j)
         if col.bump(key, b.begin_seq, b.binding_id):
             continue
-        col.add(key, lambda j=j, was=was, now=now, w_info=w_info, p=p, entry_end=entry_end, covered=covered: Hazard(
-            HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
-                                                                                      covered[0][1]),
-            p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
-            access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
-                   f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
-                   f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
-            access_loc=b.loc, other_seq=covered[0][1].seq, other_loc=covered[0][1].loc,
-            detail=f"{p.end - entry_end} bytes past the entry, [{entry_end}, {p.end}), cover "
-                   + ", ".join(f"{qlabel(model, t)} [{q.offset}, {q.end})" for t, q in covered)
-                   + "; no re-validation looked at the leaf entry, so nothing re-planned",
-            binding_id=b.binding_id, node_index=j), b.binding_id, b.begin_seq)
+        def overflow(j: int = j, was: int = was, now: int = now, w_info: TensorInfo = w_info, p: Placement = p,
+                     entry_end: int = entry_end, covered: list[tuple[int, Placement]] = covered) -> Hazard:
+            return Hazard(
+                HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
+                                                                                          covered[0][1]),
+                p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
+                access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
+                       f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
+                       f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
+                access_loc=b.loc, other_seq=covered[0][1].seq, other_loc=covered[0][1].loc,
+                detail=f"{p.end - entry_end} bytes past the entry, [{entry_end}, {p.end}), cover "
+                       + ", ".join(f"{qlabel(model, t)} [{q.offset}, {q.end})" for t, q in covered)
+                       + "; no re-validation looked at the leaf entry, so nothing re-planned",
+                binding_id=b.binding_id, node_index=j)
+        col.add(key, overflow, b.binding_id, b.begin_seq)
 
 
 def _covered(model: TraceModel, b: BindingInfo, p: Placement, start: int, seq: int) -> list[tuple[int, Placement]]:
@@ -498,10 +516,12 @@ class ReplanChecks:
         if col.bump(key, r.seq, -1):
             return
         where = f" at node {r.node_index}" if r.node_index >= 0 else ""
-        col.add(key, lambda r=r, cause=cause, where=where: Hazard(
-            HazardKind.REPLAN, r.seq, tensor_ref(model, r.tensor_id) if r.tensor_id >= 0 else None,
-            access=f"galloc #{r.galloc_id} planned again: {cause}{where}", access_loc=r.loc,
-            detail=r.detail, cause=cause), -1, r.seq)
+        def replanned(r: ev.Replan = r, cause: str = cause, where: str = where) -> Hazard:
+            return Hazard(
+                HazardKind.REPLAN, r.seq, tensor_ref(model, r.tensor_id) if r.tensor_id >= 0 else None,
+                access=f"galloc #{r.galloc_id} planned again: {cause}{where}", access_loc=r.loc,
+                detail=r.detail, cause=cause)
+        col.add(key, replanned, -1, r.seq)
 
     def finish(self) -> None:
         """Count the re-plans of allocators that never planned, then report churn."""
@@ -518,9 +538,13 @@ class ReplanChecks:
             if n_bindings >= 3 and n_replans >= n_bindings - 1:
                 first = model.bindings[first_id]
                 key = (HazardKind.REPLAN, galloc, "churn")
-                col.add(key, lambda first=first, n=n_replans, nb=n_bindings, g=galloc: Hazard(
-                    HazardKind.REPLAN, first.begin_seq, access=f"galloc #{g} re-planned {n} times for {nb} bindings",
-                    access_loc=first.loc, cause="churn", detail=CHURN_ADVICE), -1, first.begin_seq)
+                def churn(first: BindingInfo = first, n: int = n_replans, nb: int = n_bindings,
+                          g: int = galloc) -> Hazard:
+                    return Hazard(
+                        HazardKind.REPLAN, first.begin_seq,
+                        access=f"galloc #{g} re-planned {n} times for {nb} bindings",
+                        access_loc=first.loc, cause="churn", detail=CHURN_ADVICE)
+                col.add(key, churn, -1, first.begin_seq)
 
 
 def check_replans(model: TraceModel, col: Collector) -> None:

@@ -17,6 +17,14 @@ same: the steps in between are counted instead of analysed (``runs.py`` makes th
 when asked), and the last one is analysed again, its reads checked against the second's.
 Analysis time and memory per repeated step are then a few numbers, not its events.
 
+A step may also read what the step right before it wrote, where the first step read
+what *its* predecessor wrote at the same place (a KV cache written at one token and read
+at the next, llama.cpp's one graph computed again): the last writer's seq and ids then
+move by one step's move, and nothing else differs. Every step sees the same state moved
+along, so finds the same. Such a *relative* run may write entries of older objects only in
+the access pass' last writes, which are moved along for the last step
+(``StreamAnalysis._move_writes``) before it is analysed and checked.
+
     >>> from vizalloc.analysis.stream import analyse_events
     >>> model, hazards = analyse_events([[]])
     >>> model.n_events, hazards
@@ -26,9 +34,9 @@ Analysis time and memory per repeated step are then a few numbers, not its event
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 
@@ -37,7 +45,13 @@ from vizalloc.analysis.build import Builder
 from vizalloc.analysis.dynamic import AccessScan
 from vizalloc.analysis.hazards import Collector, Hazard
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.observe import ByteMapView, DictView, ListView, Observation, SetView
+from vizalloc.analysis.observe import (
+    ByteMapView,
+    DictView,
+    ListView,
+    Observation,
+    SetView,
+)
 from vizalloc.analysis.records import BindingInfo
 from vizalloc.analysis.repeat import Repetition, Shift, cut_steps, repetitions
 from vizalloc.analysis.static import BindingChecks, ReplanChecks, check_replay
@@ -52,7 +66,7 @@ from vizalloc.trace.schema import SCHEMA
 REPEATABLE = frozenset(SCHEMA[c].index for c in (
     ev.ContextCreated, ev.ContextFreed, ev.TensorCreated, ev.TensorNamed, ev.TensorFlagsSet, ev.TensorSrcSet,
     ev.TensorPlaced, ev.TensorCleared, ev.GraphCreated, ev.GraphExpanded, ev.BindingBegin, ev.BindingEnd,
-    ev.ComputeBegin, ev.NodeCompute, ev.ComputeEnd, ev.TensorSet, ev.TensorGet))
+    ev.ComputeBegin, ev.NodeCompute, ev.ComputeEnd, ev.TensorSet, ev.TensorGet, ev.SchedSplit))
 
 #: id kind of the keys of each observed container
 _KEY_KIND = {
@@ -66,6 +80,8 @@ _KEY_KIND = {
 _GROWING = frozenset({"tensors", "placements", "graphs", "bindings", "computes", "contexts", "current", "alias_of",
                       "pool_of", "cpy_dst", "cur", "placed_seq", "last_write", "fast", "galloc_bound",
                       "buffer_placements", "replan_bindings", "checked"})
+#: node tuples of scheduler splits kept to be shared (a new graph per step makes new ones: forgotten)
+_SHARED_TUPLES = 256
 #: steps of a repetition tried as its first two before giving up on skipping it
 _ATTEMPTS = 4
 #: events analysed at a time outside repetitions (made into objects, then dropped)
@@ -102,6 +118,7 @@ class StreamAnalysis:
         self.builder.watch = self.bindings.sigs.watch
         #: steps skipped (counted, not analysed) and steps analysed while observed
         self.n_skipped_steps = 0
+        self._split_tuples: dict[tuple[int, ...], tuple[int, ...]] = {}
         self.n_observed_steps = 0
         # column batches: the events carried into the next batch, and the run the carried step
         # may continue (the run, the instance number that step would be)
@@ -380,9 +397,30 @@ class StreamAnalysis:
             per_galloc[bi.galloc_id] = per_galloc.get(bi.galloc_id, 0) + 1
         for g, n in per_galloc.items():
             self.replans.bindings[g][0] += n * count
+        self._count_splits(batch, lo, hi)
         self.n_skipped_steps += count
         if self.on_skipped is not None:
             self.on_skipped(run, k, count)
+
+    def _count_splits(self, batch: ColumnBatch, lo: int, hi: int) -> None:
+        """The scheduler splits of skipped steps go into their scheduler's list, as the builder puts
+        them (one per backend compute: a few per step); the node lists of a split that repeats
+        are one tuple shared by all its repetitions."""
+        splits = cast("list[ev.SchedSplit]", batch.events_of(ev.SchedSplit, lo, hi))
+        if not splits:
+            return
+        shared = self._split_tuples
+        for e in splits:
+            nodes, inputs = shared.get(e.nodes), shared.get(e.inputs)
+            if nodes is None:
+                nodes = shared[e.nodes] = e.nodes
+            if inputs is None:
+                inputs = shared[e.inputs] = e.inputs
+            if nodes is not e.nodes or inputs is not e.inputs:
+                e = replace(e, nodes=nodes, inputs=inputs)
+            self.builder._sched(e.sched_id).splits.append(e)
+        if len(shared) > _SHARED_TUPLES:
+            shared.clear()
 
     def _after_skipped(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], rep: Repetition,
                        run: runs_mod.Run, k: int, last_step: int) -> tuple[int, int]:
@@ -601,17 +639,18 @@ def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observ
             return None
         if value in values:
             continue
-        if prev_seqs is None or name not in ("last_write", "bytes") \
-                or type(value) is not (int if name == "last_write" else tuple):
+        if prev_seqs is None:
             return None
-        if name == "last_write":
+        if name == "last_write" and isinstance(value, int):
             if not prev_seqs[0] <= value <= prev_seqs[1] or value - shift.seq not in values:
                 return None
-        else:
+        elif name == "bytes" and isinstance(value, tuple):
             wkey, writer, wseq = value
             back = (shift.id("tensor", wkey, -1), shift.id("tensor", writer, -1), wseq - shift.seq)
             if not prev_seqs[0] <= wseq <= prev_seqs[1] or back not in values:
                 return None
+        else:
+            return None
         relative = True
     if relative and any(name != "last_write" and not _own(shift, name, key) for name, key in obs2.writes):
         return None

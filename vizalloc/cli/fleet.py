@@ -121,7 +121,7 @@ class _stderr_to:
 
     def __enter__(self) -> None:
         self.saved = sys.stderr
-        sys.stderr = self.target  # type: ignore[assignment]
+        sys.stderr = self.target
 
     def __exit__(self, *exc: object) -> None:
         sys.stderr = self.saved

@@ -248,6 +248,15 @@ class ColumnBatch:
             deque(map(put, (kc.index[a:b] - lo).tolist(), kc.plan.schema.new_many(b - a, cols)), maxlen=0)
         return result
 
+    def events_of(self, cls: type[ev.Event], lo: int = 0, hi: int | None = None) -> list[ev.Event]:
+        """The batch's events of kind ``cls`` among events ``lo..hi``, in order (the others not made)."""
+        hi = self.n if hi is None else hi
+        kc = self.by_kind.get(cls)
+        if kc is None or hi <= lo:
+            return []
+        a, b = np.searchsorted(kc.index, [lo, hi]).tolist()
+        return list(kc.plan.schema.new_many(b - a, self._convert(kc, a, b))) if a < b else []
+
     def _convert(self, kc: KindColumns, a: int, b: int) -> list[list[Any]]:
         """Field values of events ``a..b`` of one kind, as the decoder converts them."""
         dec = self.decoder

@@ -234,7 +234,7 @@ class RepeatedRows:
         return len(self.ids)
 
     def column(self, key: str) -> Sequence[object]:
-        return getattr(self, SORT_KEYS[key])  # type: ignore[no-any-return]
+        return getattr(self, SORT_KEYS[key])
 
 
 def build_repeated_rows(model: TraceModel, runs: Sequence[Any]) -> RepeatedRows:
@@ -375,7 +375,7 @@ class TensorOrder:
 
     def name_mask(self, needle: str) -> np.ndarray:
         """Rows whose name contains ``needle`` (ignoring case)."""
-        return _find(self.lower_names(), needle.lower()) >= 0  # type: ignore[no-any-return]
+        return _find(self.lower_names(), needle.lower()) >= 0
 
 
 class RepeatedOrder(TensorOrder):
@@ -421,4 +421,4 @@ class RepeatedOrder(TensorOrder):
 
     def name_mask(self, needle: str) -> np.ndarray:
         protos = _find(self.lower_names(), needle.lower()) >= 0
-        return protos[self.rrows.proto]  # type: ignore[no-any-return]
+        return protos[self.rrows.proto]
