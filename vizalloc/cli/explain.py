@@ -196,7 +196,7 @@ def print_tables(expl: Any, *, top: int, notes: Sequence[str] = (), rows_extra: 
     from rich.table import Table
 
     from vizalloc.cli.console import stdout_console
-    from vizalloc.export.explain import mib
+    from vizalloc.export.explain import size_text
 
     console = stdout_console()
     for note in notes:
@@ -210,7 +210,7 @@ def print_tables(expl: Any, *, top: int, notes: Sequence[str] = (), rows_extra: 
         plans = f"plan #{b.plan_id} of allocator {b.galloc_id}"
         if len(b.same_plans) > 1:
             plans += f"; plans {', '.join(map(str, b.same_plans))} need as much"
-        console.print(f"[bold]{_inert(b.title)}[/bold]: {b.size:,} B = {mib(b.size)}  [dim]({plans})[/dim]")
+        console.print(f"[bold]{_inert(b.title)}[/bold]: {b.size:,} B = {size_text(b.size)}  [dim]({plans})[/dim]")
         figures = Table.grid(padding=(0, 2))
         figures.add_column(style="dim")
         figures.add_column(justify="right")
