@@ -624,15 +624,15 @@ class Importer:
             for outer in self.stack:
                 outer.computes += 1
         elif kind == rf.CallKind.SCHED_RESET:
-            sched = self.scheds.get(r.obj)
-            if sched is None:
+            sched_id = self.scheds.get(r.obj)
+            if sched_id is None:
                 # ggml_backend_sched_new resets the scheduler it makes before it returns, so
                 # the first reset comes before the record that describes the scheduler (it
                 # was shown as "scheduler #-1"): the scheduler gets its id here
-                sched = self.scheds[r.obj] = self._n_scheds
+                sched_id = self.scheds[r.obj] = self._n_scheds
                 self._n_scheds += 1
                 self._early_scheds.add(r.obj)
-            recorder.emit(ev.SchedReset, sched)
+            recorder.emit(ev.SchedReset, sched_id)
         elif kind == rf.CallKind.SCHED_FREE:
             self.scheds.pop(r.obj, None)  # another scheduler may be made at the same address
         elif kind == rf.CallKind.GALLOC_FREE:
