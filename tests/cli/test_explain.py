@@ -97,6 +97,7 @@ def test_hostile_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (["explain", "{d}/missing.vztrace"], "no file at"),
     (["explain", "{d}"], "is a directory"),
     (["explain", "{d}/notgguf.gguf"], "is not a GGUF model file"),
+    (["explain", "{d}/notes.md"], "is neither a vizalloc trace nor a GGUF model"),
     (["explain", "{trace}", "-o", "{d}/x.png"], "must end in .svg"),
     (["explain", "{trace}", "--metadata-only"], "apply to a GGUF model"),
     (["explain", "{trace}", "--top", "0"], "--top must be 1 or more"),
@@ -104,6 +105,7 @@ def test_hostile_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str, attention: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "notgguf.gguf").write_bytes(b"<html>404</html>")
+    (tmp_path / "notes.md").write_text("# a README\n")
     argv = [a.format(d=tmp_path, trace=attention) for a in args]
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -113,7 +113,21 @@ def execute(args: argparse.Namespace) -> int:
                   if given]
     if model_only:
         raise UsageError(f"{', '.join(model_only)} apply to a GGUF model; {path} is read as a trace")
+    if not _starts_like_a_trace(path):
+        raise UsageError(f"{path} is neither a vizalloc trace nor a GGUF model (it starts with neither 'VZTRACE' "
+                         "nor 'GGUF'): give a trace (.vztrace) or a GGUF model")
     return explain_trace(args, out_kind)
+
+
+def _starts_like_a_trace(path: str) -> bool:
+    """Whether the file begins with a trace's magic (what is after it, ``load`` checks)."""
+    from vizalloc.trace.fileformat import MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return True  # let load_trace say what is wrong with reading it
 
 
 def _output_kind(output: str | None) -> str:
