@@ -9,7 +9,7 @@ is enough. But a program that reserves another graph in between (to size its buf
 for a worst case, say) starts a new plan, the allocator forgets its last binding, the
 stale tensors are no longer recognised, and the corruption returns. Deep copies (dup),
 clearing every compute tensor (clear) and a static buffer are not fooled.
-Library code: ``vizalloc.scenarios.shared_tensors`` (``reserve_between=True``).
+Library code: vizalloc.scenarios.shared_tensors (reserve_between=True).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 A small MLP is trained with SGD "ggml style": the forward graph and the backward graph
 share their forward tensors and are allocated in turn through one scheduler. The
 reference column trains from the same parameters on the same batches with a brand-new
-scheduler for every step. Library code: ``vizalloc.scenarios.shared_tensors``.
+scheduler for every step. Library code: vizalloc.scenarios.shared_tensors.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@
 
 The weights live on the simulated device SIM, which runs only the ops given; the rest
 falls back to the CPU. Prints the splits, the input copies the scheduler made
-(``<backend>#<tensor>#<copy>``), the compute buffer of each backend, and how far the
+(<backend>#<tensor>#<copy>), the compute buffer of each backend, and how far the
 result is from a CPU-only run and from numpy. Library code:
-``vizalloc.scenarios.transformer_block``.
+vizalloc.scenarios.transformer_block.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Approach 1 loads the F32 originals (tagged INPUT), casts them to F16 by a graph 
 results (tagged OUTPUT) a dedicated graph allocator places in a temporary context, then
 drops the originals. Approach 2, the one the ggml maintainers named, declares the weights
 F16 in a buffer type that converts the F32 data while it is being set: only the final
-bytes ever exist. Library code: ``vizalloc.scenarios.weight_transform``.
+bytes ever exist. Library code: vizalloc.scenarios.weight_transform.
 """
 
 from __future__ import annotations

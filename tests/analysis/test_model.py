@@ -19,6 +19,24 @@ def test_nbytes_matches_ggml():
     assert nbytes_of("f16", (0, 3, 1, 1), (2, 0, 0, 0)) == 0
 
 
+def test_quantized_tensors_are_sized_by_blocks_as_the_runtime_sizes_them():
+    # a captured llama.cpp weight: q4_K [1024, 640] is 640 rows of 4 blocks of 144 B. Sized
+    # as 1024 elements of 144 B it came out 515,520 B and overlapped the next weight.
+    assert nbytes_of("q4_K", (1024, 640, 1, 1), (144, 576, 368640, 368640)) == 368640
+    from vizalloc.runtime import Context
+    from vizalloc.runtime.dtype import DType
+
+    with StrictRecorder() as rec:
+        ctx = Context()
+        made = {t: ctx.new_tensor_2d(t, 512, 3) for t in (DType.Q4_0, DType.Q6_K, DType.IQ4_NL, DType.F16)}
+    m = build_model(rec)
+    by_name = {info.dtype: info.nbytes for info in m.tensors.values()}
+    assert by_name == {t.label: x.nbytes for t, x in made.items()}
+    assert by_name["q4_0"] == 3 * 512 // 32 * 18
+    # a type this version does not know: one element of nb[0] bytes, as before
+    assert nbytes_of("q9_future", (4, 2, 1, 1), (3, 12, 24, 24)) == 24
+
+
 def test_accepts_a_recorder_or_events():
     rec = StrictRecorder()
     rec.events.append(ev.Marker(1, 0, None, "hello"))

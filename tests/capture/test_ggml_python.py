@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,6 @@ def test_a_program_that_never_loads_ggml(tmp_path: Path) -> None:
     events = load(tmp_path / "t.vztrace").events
     notes = [e.note for e in events if isinstance(e, ev.ProcessCaptured)]
     assert notes and "never called ggml" in notes[0]
+    # the command line as a shell would take it back (it read "-c import sys; sys.exit(5)")
+    programs = [e.program for e in events if isinstance(e, ev.ProcessCaptured)]
+    assert programs == [f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(5)'"]

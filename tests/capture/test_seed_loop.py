@@ -263,3 +263,14 @@ def test_each_scheduler_compute_is_one_split_on_the_cpu_backend(traced: Traced) 
         computed = [e.tensor_id for e in events[i:] if isinstance(e, ev.NodeCompute)
                     and e.compute_id == begin.compute_id]
         assert computed and set(computed) <= set(split.nodes)
+
+
+@pytest.mark.parametrize("traced", [("python", "none"), ("c", "none")], indirect=True, ids=["python-none", "c-none"])
+def test_every_reset_names_the_scheduler_of_the_splits(traced: Traced) -> None:
+    """ggml_backend_sched_new resets the scheduler it makes before the capture records it:
+    that first reset names the same scheduler as every later reset and split (it was
+    "scheduler #-1" in the timeline)."""
+    events = load(traced.trace).events
+    resets = [e.sched_id for e in events if isinstance(e, ev.SchedReset)]
+    splits = {e.sched_id for e in events if isinstance(e, ev.SchedSplit)}
+    assert len(resets) > 1 and splits == set(resets) == {0}

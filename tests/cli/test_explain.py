@@ -97,6 +97,7 @@ def test_hostile_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (["explain", "{d}/missing.vztrace"], "no file at"),
     (["explain", "{d}"], "is a directory"),
     (["explain", "{d}/notgguf.gguf"], "is not a GGUF model file"),
+    (["explain", "{d}/notes.md"], "is neither a vizalloc trace nor a GGUF model"),
     (["explain", "{trace}", "-o", "{d}/x.png"], "must end in .svg"),
     (["explain", "{trace}", "--metadata-only"], "apply to a GGUF model"),
     (["explain", "{trace}", "--top", "0"], "--top must be 1 or more"),
@@ -104,6 +105,7 @@ def test_hostile_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str, attention: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "notgguf.gguf").write_bytes(b"<html>404</html>")
+    (tmp_path / "notes.md").write_text("# a README\n")
     argv = [a.format(d=tmp_path, trace=attention) for a in args]
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -117,3 +119,19 @@ def test_a_trace_without_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str
     api.save(Trace(TraceHeader.new(), tuple(tb.events)), path)
     assert main(["explain", str(path)]) == 0
     assert "no compute buffer to explain" in capsys.readouterr().out
+
+
+def test_a_small_buffer_is_not_zero_mib(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the demo's backward compute buffer, 4,768 B, was "4,768 B = 0.00 MiB" (text and picture)
+    from vizalloc.scenarios.shared_tensors import run
+    from vizalloc.trace.recorder import StrictRecorder
+
+    rec = StrictRecorder()
+    run("none", steps=1, around_loop=lambda: rec)
+    path = tmp_path / "seed.vztrace"
+    api.save(Trace(TraceHeader.new(), tuple(rec.events)), path)
+    assert main(["explain", str(path), "-o", str(tmp_path / "e.svg")]) == 0
+    out = capsys.readouterr().out
+    assert "CPU compute buffer: 4,768 B = 4.7 KiB" in out and "0.00 MiB" not in out
+    svg = (tmp_path / "e.svg").read_text(encoding="utf-8")
+    assert "4,768 B (4.7 KiB)" in svg and "0.00 MiB" not in svg

@@ -130,9 +130,10 @@ def test_says_which_binding_it_drew(trace_file: Path, fmt: str, capsys):
     b2 = model.bindings[second]
     assert main(["export", str(trace_file), "--format", fmt, "-o", "-"]) == 0
     captured = capsys.readouterr()
-    verb = f"wrote plan #{b2.plan_id} of" if fmt == "minimalloc" else "drew"
+    verb, another = ("wrote the plan of", "another") if fmt == "minimalloc" else ("drew", "draw another")
     assert (f"{verb} graph #{b2.graph_id} binding #{second}, plan #{b2.plan_id}: the first binding with a finding; "
-            "draw another with --binding N") in captured.err
+            f"{another} with --binding N") in captured.err
+    assert captured.err.count(f"plan #{b2.plan_id}") == 1
     if fmt != "minimalloc":
         assert "drawn: the first binding with a finding" in captured.out
     assert main(["export", str(trace_file), "--format", fmt, "-o", "-", "--binding", str(first)]) == 0

@@ -29,6 +29,17 @@ def test_run_without_a_script_says_what_to_give(capsys):
     assert "-- PROGRAM" in err  # a real ggml program goes after --
 
 
+@pytest.mark.parametrize("argv", [["run"], ["run", "nosuch.py"], ["run", "--"], ["run", "--", "no-such-program-here"]],
+                         ids=["nothing", "no-script", "no-program", "program-not-found"])
+def test_run_usage_errors_name_the_command(argv, tmp_path, monkeypatch, capsys):
+    # the REMAINDER positional once shared its dest with the subcommand's name, and the
+    # message read "vizalloc ['nosuch.py']: error: ..."
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vizalloc run: error: "), err
+
+
 def test_run_passes_a_prefix_of_its_options_to_the_script(tmp_path, capsys):
     script = tmp_path / "argv.py"
     script.write_text("import sys\nprint(sys.argv[1:])\n")

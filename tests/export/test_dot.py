@@ -25,10 +25,10 @@ EXPECTED_THREE = '''digraph vizalloc {
   graph [label=<graph #0 binding #0, plan #0>, labelloc=t, fontname="Helvetica", fontsize=12, rankdir=TB, nodesep=0.25, ranksep=0.35];
   node [fontname="Helvetica", fontsize=9, margin="0.08,0.04"];
   edge [fontname="Helvetica", fontsize=8, arrowsize=0.7];
-  t0 [label=<<B>a</B> (input)<BR/>NONE  f32 [4]<BR/>buf #0 CPU [0, 16) 16 B>, tooltip="a (tensor #0) (input)\\nNONE f32 [4]\\nbuffer #0 (CPU) bytes [0, 16)\\nplaced by gallocr in binding #0", shape=box, style="filled", fillcolor="#8dd3c7", color="#333333", penwidth=1];
-  t1 [label=<<B>b</B> (input)<BR/>NONE  f32 [4]<BR/>buf #0 CPU [32, 48) 16 B>, tooltip="b (tensor #1) (input)\\nNONE f32 [4]\\nbuffer #0 (CPU) bytes [32, 48)\\nplaced by gallocr in binding #0", shape=box, style="filled", fillcolor="#8dd3c7", color="#333333", penwidth=1];
+  t0 [label=<<B>a </B>(input)<BR/>NONE  f32 [4]<BR/>buf #0 CPU [0, 16) 16 B>, tooltip="a (tensor #0) (input)\\nNONE f32 [4]\\nbuffer #0 (CPU) bytes [0, 16)\\nplaced by gallocr in binding #0", shape=box, style="filled", fillcolor="#8dd3c7", color="#333333", penwidth=1];
+  t1 [label=<<B>b </B>(input)<BR/>NONE  f32 [4]<BR/>buf #0 CPU [32, 48) 16 B>, tooltip="b (tensor #1) (input)\\nNONE f32 [4]\\nbuffer #0 (CPU) bytes [32, 48)\\nplaced by gallocr in binding #0", shape=box, style="filled", fillcolor="#8dd3c7", color="#333333", penwidth=1];
   t2 [label=<<B>c</B><BR/>ADD  f32 [4]<BR/>buf #0 CPU [64, 80) 16 B>, tooltip="c (tensor #2)\\nADD f32 [4]\\nbuffer #0 (CPU) bytes [64, 80)\\nplaced by gallocr in binding #0", shape=box, style="filled,rounded", fillcolor="#8dd3c7", color="#333333", penwidth=1];
-  t3 [label=<<B>d</B> (output)<BR/>UNARY  f32 [4]<BR/>buf #0 CPU [64, 80) 16 B>, tooltip="d (tensor #3) (output)\\nUNARY f32 [4]\\nbuffer #0 (CPU) bytes [64, 80)\\nplaced by gallocr in binding #0", shape=box, style="filled,rounded", fillcolor="#8dd3c7", color="#333333", penwidth=1];
+  t3 [label=<<B>d </B>(output)<BR/>UNARY  f32 [4]<BR/>buf #0 CPU [64, 80) 16 B>, tooltip="d (tensor #3) (output)\\nUNARY f32 [4]\\nbuffer #0 (CPU) bytes [64, 80)\\nplaced by gallocr in binding #0", shape=box, style="filled,rounded", fillcolor="#8dd3c7", color="#333333", penwidth=1];
   t0 -> t2 [color="#444444"];
   t1 -> t2 [label="src1", color="#444444"];
   t2 -> t3 [label="in-place", style=bold, color="#1f5fbf", penwidth=2.5, arrowhead=diamond];
@@ -100,7 +100,7 @@ def test_stale_tensors_and_hazard_pairs_are_marked():
     assert hazard_edges == {(ids["y"], ids["x"]), (ids["t"], ids["y"])}
     assert any("stale-overlap with y" in h for h in by_name["x"].hazards)
     text = dot_text(gm)
-    assert text.count("<B>STALE</B>") == 2
+    assert text.count("<B>STALE </B>") == 2
     assert "constraint=false" in text and "2 stale tensor(s); 2 finding(s)" in text
 
 

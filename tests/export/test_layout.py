@@ -94,6 +94,11 @@ def _assert_panels_sound(svg: str) -> None:
         for i, a in enumerate(boxes):
             for b in boxes[i + 1:]:
                 assert not (a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]), (a, b)
+        # the step axis: "in", steps, "out", centred on their columns, none running into the next
+        steps = [(float(t.get("x")), t.text) for t in g.iter(f"{SVG}text") if t.get("class") == "step"]
+        assert steps[0][1] == "in" and steps[-1][1] == "out", steps
+        for (xa, a), (xb, b) in zip(steps, steps[1:]):
+            assert xb - xa >= (len(a) + len(b)) * CHAR_WIDTH / 2 + 2, (a, b, xb - xa)
 
 
 def test_seed_layout_panels_are_sound():
@@ -168,6 +173,39 @@ def test_without_findings_the_most_split_binding_is_drawn_and_named():
     assert re.search(r"drawn: no finding; the binding with the most scheduler splits \(\d+\)", svg)
     backends = {model.buffers[p.buffer_id].backend for p in build_layout(model).panels}
     assert backends == {"SIM", "CPU"}
+
+
+def test_a_binding_that_reuses_a_plan_made_for_another_graph_says_so():
+    """ggml applies a plan by node position: after reserve(worst case), a smaller graph of
+    the same structure is bound with the worst case's offsets (llama.cpp's prompt and token
+    graphs). Its panel has no lower bound of its own, and says whose plan it reused instead
+    of "placed no tensor here"; a big buffer's offsets read in MiB."""
+    from vizalloc.runtime import BufferType, Context, F32, Graph, GraphAllocator, ops, set_input, set_output
+
+    def chain(rows: int) -> Graph:
+        ctx = Context(no_alloc=True)
+        x = ctx.new_tensor_2d(F32, 4096, rows, "x")
+        set_input(x)
+        y = ops.relu(ctx, ops.scale(ctx, x, 2.0).set_name("s")).set_name("y")
+        set_output(y)
+        g = Graph()
+        g.build_forward_expand(y)
+        return g
+
+    with StrictRecorder() as rec:
+        ga = GraphAllocator([BufferType("CPU", alignment=32)])
+        ga.reserve(chain(512))
+        assert ga.alloc_graph(chain(7))
+    model = build_model(rec.events)
+    (binding,) = model.bindings
+    (plan,) = model.plans.values()
+    svg = layout_svg(model, binding_id=binding)
+    assert f"no lower bound: this binding reused plan #{plan.plan_id}, made for graph #{plan.graph_id}" in svg
+    assert "placed no tensor here" not in svg
+    root = ET.fromstring(svg.encode("utf-8"))
+    offsets = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "offset"]
+    assert offsets[0] == "0 B" and offsets[-1] == "8.0 MiB", offsets
+    _assert_panels_sound(svg)
 
 
 def test_big_graph_layout_labels_only_where_room():

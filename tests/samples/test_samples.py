@@ -33,6 +33,7 @@ def test_help_as_a_script(name):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "usage:" in proc.stdout and "Library code" in proc.stdout
+    assert "``" not in proc.stdout  # reST literals read as noise in a terminal
 
 
 def test_shared_tensors_none_diverges(capsys):

@@ -9,8 +9,8 @@ from vizalloc.tui.graphrows import graph_rows
 from vizalloc.tui.history import history_rows
 from vizalloc.tui.mapdata import Block, Panel, build_binding_map, default_panel, find_overlaps
 from vizalloc.tui.render import (
-    COLLISION_CHAR, FREE_CHAR, STALE_CHAR, MapGeometry, cell_blocks, fit_bytes_per_row, fit_step_width, header_row,
-    map_row,
+    COLLISION_CHAR, FREE_CHAR, STALE_CHAR, MapGeometry, cell_blocks, fit_bytes_per_row, fit_step_width, gutter,
+    header_row, map_row,
 )
 from vizalloc.tui.steps import Prescan, StepKind, count_hazards
 from vizalloc.tui.tensorrows import TensorState, build_tensor_rows
@@ -93,6 +93,15 @@ def test_geometry() -> None:
     assert fit_bytes_per_row(1664, 40) == 64 and fit_bytes_per_row(1, 40) == 1
     assert fit_step_width(23, 100).step_width == 4 and fit_step_width(400, 100).steps_per_col == 8
     assert header_row(MapGeometry(3, 1, step_width=3), 0, 15) == "in 0  1  2  out"
+
+
+def test_gutter_offsets_read_in_mib_when_rows_are_mib() -> None:
+    # llama.cpp's 94.3 MiB compute buffer in 4 MiB rows: "20.0 MiB", not "20971520"
+    big = MapGeometry(n_steps=820, bytes_per_row=4 << 20)
+    assert gutter(big, 5, 98848800) == "  20.0 MiB\u2502"
+    assert gutter(big, 30, 98848800).strip() == "\u2502"   # past the buffer's top: blank
+    small = MapGeometry(n_steps=23, bytes_per_row=64)
+    assert gutter(small, 10, 1664) == "       640\u2502"
 
 
 def test_map_row_draws_blocks_stale_collisions_and_free_bytes() -> None:

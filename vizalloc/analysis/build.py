@@ -23,7 +23,7 @@ from vizalloc.analysis.records import (
     TensorInfo,
 )
 from vizalloc.trace import events as ev
-from vizalloc.trace.events import ggml_nbytes
+from vizalloc.trace.events import GGML_TYPE_SIZES, ggml_nbytes
 
 
 class _NoHistory(list):  # type: ignore[type-arg]
@@ -103,7 +103,7 @@ class Builder:
         c = self.open_compute
         add_node = c.nodes.append if c is not None else None
         # for the inlined TensorCreated / TensorPlaced (each ~1/4 of a rebuilt graph's events)
-        type_sizes = TYPE_SIZES
+        type_sizes = GGML_TYPE_SIZES
         placements = m.placements
         bindings_get = m.bindings.get
         buffers_get = m.buffers.get
@@ -144,7 +144,8 @@ class Builder:
             if cls is tensor_created:
                 ne, nb, dtype = e.ne, e.nb, e.dtype  # type: ignore[attr-defined]
                 # model.nbytes_of, one call less
-                nbytes = ggml_nbytes(type_sizes.get(dtype, nb[0] if nb else 1), 1, ne, nb)
+                type_size, blck_size = type_sizes.get(dtype) or (nb[0] if nb else 1, 1)
+                nbytes = ggml_nbytes(type_size, blck_size, ne, nb)
                 t = e.tensor_id  # type: ignore[attr-defined]
                 if watch and t in watch:
                     self.hooks.changed(t)

@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vizalloc.trace import events as ev
-from vizalloc.trace.events import ggml_nbytes
+from vizalloc.trace.events import GGML_TYPE_SIZES, ggml_nbytes
 
 #: "never" for end / stale / freed sequence numbers.
 NEVER = 1 << 62
 
-#: ggml's type sizes by label (block size 1); the analysis must not import the runtime.
-TYPE_SIZES: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i16": 2, "i8": 1, "f64": 8, "i64": 8}
+#: Bytes per element of ggml's types that are not in blocks, by label (the quantized types
+#: have none: their bytes come per block, see ``GGML_TYPE_SIZES``); the analysis must not
+#: import the runtime.
+TYPE_SIZES: dict[str, int] = {label: size for label, (size, block) in GGML_TYPE_SIZES.items() if block == 1}
 
 #: Ops whose node writes no bytes of its own: NONE (leafs) and the view ops, whose result
 #: is the source's bytes. (The runtime's ``VIEW_OPS`` is the view ops alone.)
@@ -33,8 +35,10 @@ FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS = 1, 2, 4, 8
 
 
 def nbytes_of(dtype: str, ne: Sequence[int], nb: Sequence[int]) -> int:
-    """``ggml_nbytes`` of a traced tensor, by its type's label (the analysis sees no DType)."""
-    return ggml_nbytes(TYPE_SIZES.get(dtype, nb[0] if nb else 1), 1, ne, nb)
+    """``ggml_nbytes`` of a traced tensor, by its type's label (the analysis sees no DType); a
+    type this version does not know is taken as one element of ``nb[0]`` bytes."""
+    type_size, blck_size = GGML_TYPE_SIZES.get(dtype) or (nb[0] if nb else 1, 1)
+    return ggml_nbytes(type_size, blck_size, ne, nb)
 
 
 class HistoryKind(str, enum.Enum):

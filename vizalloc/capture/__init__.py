@@ -19,6 +19,7 @@ Three steps, one module each:
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,7 @@ def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None,
             else:
                 base = Path(output)
                 path = base.with_name(f"{base.stem}.{pid}{base.suffix or '.vztrace'}")
-            result = import_capture(capture, path, program=" ".join(argv), force=force)
+            result = import_capture(capture, path, program=shlex.join(argv), force=force)
             traces.append((path, result))
         if not finished.captures:
             path = Path(output) if output is not None else Path(f"vizalloc-{program}.{finished.pid}.vztrace")
@@ -112,7 +113,7 @@ def _no_ggml_trace(argv: list[str], finished: Finished, path: Path, force: bool)
     from vizalloc.trace.api import trace
 
     pid = finished.pid
-    result = ImportResult(program=" ".join(argv), pid=pid)
+    result = ImportResult(program=shlex.join(argv), pid=pid)
     if static_ggml(resolve_program(argv[0])):
         note = (f"{argv[0]} has ggml linked in statically, so its calls cannot be seen from outside: vizalloc needs "
                 "ggml as a shared library (build ggml / llama.cpp with -DBUILD_SHARED_LIBS=ON)")

@@ -346,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto", help="llama.cpp's -fa (default auto)")
     parser.add_argument("--generate", type=int, default=0, metavar="N",
                         help="then generate N tokens (greedy) from --prompt (default: only create the context)")
-    parser.add_argument("--prompt", default=LlamaSettings.prompt, metavar="TEXT")
+    parser.add_argument("--prompt", default=LlamaSettings.prompt, metavar="TEXT",
+                        help=f"what --generate continues (default: {LlamaSettings.prompt!r})")
     parser.add_argument("--threads", type=int, default=0, metavar="N", help="CPU threads (default: llama.cpp's)")
     parser.add_argument("--no-alloc", action="store_true",
                         help="measure as llama.cpp's --fit does (no weights read, nothing allocated) and stop there; "

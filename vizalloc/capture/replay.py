@@ -171,6 +171,8 @@ class Importer:
         self._by_id: dict[int, _Mirror] = {}         # by mirror tensor id
         self.gallocs: dict[int, _Galloc] = {}
         self.scheds: dict[int, int] = {}             # sched pointer -> sched id
+        self._n_scheds = 0
+        self._early_scheds: set[int] = set()         # given an id by a reset before their record
         self.backends: dict[int, str] = {}
         self.graphs: dict[int, tuple[tuple[int, ...], tuple[int, ...], Graph]] = {}
         self.stack: list[_OpenCall] = []
@@ -565,7 +567,11 @@ class Importer:
         self.gallocs[r.galloc] = _Galloc(ga, r.lib)
 
     def _sched(self, r: rf.SchedInfo) -> None:
-        self.scheds[r.sched] = len(self.scheds)
+        if r.sched in self._early_scheds:
+            self._early_scheds.discard(r.sched)
+        else:
+            self.scheds[r.sched] = self._n_scheds
+            self._n_scheds += 1
         for b in r.backends:
             self.backends[b.backend] = b.name
 
@@ -618,7 +624,17 @@ class Importer:
             for outer in self.stack:
                 outer.computes += 1
         elif kind == rf.CallKind.SCHED_RESET:
-            recorder.emit(ev.SchedReset, self.scheds.get(r.obj, -1))
+            sched_id = self.scheds.get(r.obj)
+            if sched_id is None:
+                # ggml_backend_sched_new resets the scheduler it makes before it returns, so
+                # the first reset comes before the record that describes the scheduler (it
+                # was shown as "scheduler #-1"): the scheduler gets its id here
+                sched_id = self.scheds[r.obj] = self._n_scheds
+                self._n_scheds += 1
+                self._early_scheds.add(r.obj)
+            recorder.emit(ev.SchedReset, sched_id)
+        elif kind == rf.CallKind.SCHED_FREE:
+            self.scheds.pop(r.obj, None)  # another scheduler may be made at the same address
         elif kind == rf.CallKind.GALLOC_FREE:
             g = self.gallocs.pop(r.obj, None)
             if g is not None:

@@ -113,7 +113,21 @@ def execute(args: argparse.Namespace) -> int:
                   if given]
     if model_only:
         raise UsageError(f"{', '.join(model_only)} apply to a GGUF model; {path} is read as a trace")
+    if not _starts_like_a_trace(path):
+        raise UsageError(f"{path} is neither a vizalloc trace nor a GGUF model (it starts with neither 'VZTRACE' "
+                         "nor 'GGUF'): give a trace (.vztrace) or a GGUF model")
     return explain_trace(args, out_kind)
+
+
+def _starts_like_a_trace(path: str) -> bool:
+    """Whether the file begins with a trace's magic (what is after it, ``load`` checks)."""
+    from vizalloc.trace.fileformat import MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return True  # let load_trace say what is wrong with reading it
 
 
 def _output_kind(output: str | None) -> str:
@@ -196,7 +210,7 @@ def print_tables(expl: Any, *, top: int, notes: Sequence[str] = (), rows_extra: 
     from rich.table import Table
 
     from vizalloc.cli.console import stdout_console
-    from vizalloc.export.explain import mib
+    from vizalloc.export.explain import size_text
 
     console = stdout_console()
     for note in notes:
@@ -210,7 +224,7 @@ def print_tables(expl: Any, *, top: int, notes: Sequence[str] = (), rows_extra: 
         plans = f"plan #{b.plan_id} of allocator {b.galloc_id}"
         if len(b.same_plans) > 1:
             plans += f"; plans {', '.join(map(str, b.same_plans))} need as much"
-        console.print(f"[bold]{_inert(b.title)}[/bold]: {b.size:,} B = {mib(b.size)}  [dim]({plans})[/dim]")
+        console.print(f"[bold]{_inert(b.title)}[/bold]: {b.size:,} B = {size_text(b.size)}  [dim]({plans})[/dim]")
         figures = Table.grid(padding=(0, 2))
         figures.add_column(style="dim")
         figures.add_column(justify="right")

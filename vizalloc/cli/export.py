@@ -122,9 +122,10 @@ def execute(args: argparse.Namespace) -> int:
     if sel is not None:
         hint = "" if args.binding is not None or args.graph is not None else \
             "; draw another with --binding N or --graph N (see `vizalloc summary`)"
-        what = f"plan #{sel.plan_id} of {sel.title}" if fmt is Format.MINIMALLOC else sel.title
-        print(f"vizalloc export: {'wrote' if fmt is Format.MINIMALLOC else 'drew'} {what}: {sel.reason}{hint}",
-              file=sys.stderr)
+        # the title already names the plan ("graph #1 binding #1, plan #1")
+        verb = "wrote the plan of" if fmt is Format.MINIMALLOC else "drew"
+        hint = hint.replace("draw another", "another") if fmt is Format.MINIMALLOC else hint
+        print(f"vizalloc export: {verb} {sel.title}: {sel.reason}{hint}", file=sys.stderr)
 
     if to_stdout:
         sys.stdout.write("\n".join(texts.values()))

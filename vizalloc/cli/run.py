@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true", help="report hazards in the trace after the run")
     # --tui: browse the trace after the run
     parser.add_argument("--tui", action="store_true", help="open the trace in `vizalloc tui` after the run")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py [ARGS] | -- PROGRAM [ARGS]",
+    # dest "target", not "command": the subcommand's own name is args.command, which the
+    # error messages ("vizalloc run: error: ...") print
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [ARGS] | -- PROGRAM [ARGS]",
                         help="a Python script on vizalloc's runtime and its arguments, or after -- a real ggml "
                              "program and its arguments")
 
@@ -93,7 +95,7 @@ def run_script(script: str, argv: list[str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    command = list(args.command)
+    command = list(args.target)
     if command[:1] == ["--"]:
         return _run_program(args, command[1:])
     if not command:

@@ -72,7 +72,10 @@ def _palette(model: GraphModel) -> tuple[dict[int, str], dict[str, str]]:
 
 
 def _label(n: GNode) -> str:
-    lines = [f"<B>{dot_html(n.name, LABEL_CHARS)}</B>{dot_html(_flags_text(n.flags))}"]
+    # the space between two runs of text ends the bold run: Graphviz puts each run in an SVG
+    # <text> of its own, and SVG drops a run's leading space ("x(input)", "STALEdangling")
+    flags = _flags_text(n.flags)
+    lines = [f"<B>{dot_html(n.name, LABEL_CHARS)}{' ' if flags else ''}</B>{dot_html(flags.lstrip())}"]
     if n.role in (NodeRole.FOLD, NodeRole.SUMMARY):
         lines.append(f"{n.members} tensors, {fmt_bytes(n.nbytes)}")
         lines.extend(dot_html(d, 60) for d in n.details if d)
@@ -86,7 +89,7 @@ def _label(n: GNode) -> str:
         if n.role is NodeRole.COPY:
             lines.append("<I>scheduler copy</I>")
     if n.stale:
-        lines.append(f'<FONT COLOR="{STALE_COLOUR}"><B>STALE</B> {dot_html(n.stale, 70)}</FONT>')
+        lines.append(f'<FONT COLOR="{STALE_COLOUR}"><B>STALE </B>{dot_html(n.stale, 70)}</FONT>')
     for h in n.hazards[:2]:
         lines.append(f'<FONT COLOR="{STALE_COLOUR}">{dot_html(h, 70)}</FONT>')
     if len(n.hazards) > 2:

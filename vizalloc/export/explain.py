@@ -91,13 +91,18 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines
 
 
-def _size(nbytes: int) -> str:
-    """MiB as llama.cpp prints them, or smaller units below 0.01 MiB."""
+def size_text(nbytes: int) -> str:
+    """MiB as llama.cpp prints them, or smaller units below 0.01 MiB (a 4,768 B buffer is
+    ``4.7 KiB``, not ``0.00 MiB``).
+
+        >>> size_text(35934240), size_text(4768)
+        ('34.27 MiB', '4.7 KiB')
+    """
     return mib(nbytes) if nbytes >= 10486 else fmt_bytes(nbytes)
 
 
 def _fmt(nbytes: int) -> str:
-    return f"{nbytes:,} B ({mib(nbytes)})"
+    return f"{nbytes:,} B ({size_text(nbytes)})"
 
 
 def explain_svg(expl: Explanation, *, title: str, notes: Sequence[str] = ()) -> str:
@@ -175,7 +180,7 @@ def explain_svg(expl: Explanation, *, title: str, notes: Sequence[str] = ()) -> 
             wdt = max(nbytes / largest * plot_w, 1.0)
             bx = MARGIN + LABEL_W
             b_(f'<rect x="{bx}" y="{y}" width="{wdt:.2f}" height="{BAR_H}" fill="{fill}"/>\n')
-            b_(f'<text x="{bx + wdt + 6:.2f}" y="{y + 12}">{_size(nbytes)} · {share * 100:.1f}% of the peak</text>\n')
+            b_(f'<text x="{bx + wdt + 6:.2f}" y="{y + 12}">{size_text(nbytes)} · {share * 100:.1f}% of the peak</text>\n')
             if form:
                 b_(f'<text x="{bx}" y="{y + BAR_H + 11}" fill="#555" font-size="10">{xml_escape(form, 140)}</text>\n')
             y += ROW_H - 4
@@ -293,12 +298,8 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
         # right of the point, left of it at the right edge; pushed apart so none covers another
         anchor, dx = ("end", -7) if x == xs[-1] and len(xs) > 1 else ("start", 7)
         items.sort()
-        placed: list[float] = []
-        for y, text, colour in items:
-            yy = y + 4
-            if placed and yy - placed[-1] < 11:
-                yy = placed[-1] + 11
-            placed.append(yy)
+        placed = _apart([y + 4 for y, _, _ in items], 11, top_m + 11, top_m + plot_h - 2)
+        for (y, text, colour), yy in zip(items, placed):
             tw = 5.8 * len(text)  # a white patch under the label, so a line crossing it does not hide it
             tx = px(x) + dx - (tw if anchor == "end" else 0)
             w(f'<rect x="{tx - 1:.1f}" y="{yy - 9:.1f}" width="{tw + 2:.1f}" height="11" fill="white" '
@@ -307,6 +308,26 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
               f"{text}</text>\n")
     w("</svg>\n")
     return "".join(out)
+
+
+def _apart(ys: Sequence[float], gap: float, lo: float, hi: float) -> list[float]:
+    """Baselines near ``ys`` (sorted) at least ``gap`` apart and within ``[lo, hi]`` when
+    they fit: pushed down where they crowd, then up from ``hi`` where the push ran past it
+    (labels at the bottom of the plot went below its axis, over the tick labels).
+
+        >>> _apart([10, 12, 50], 11, 0, 100)
+        [10, 21, 50]
+        >>> _apart([95, 96, 97], 11, 0, 100)
+        [78, 89, 100]
+    """
+    out: list[float] = []
+    for y in ys:
+        y = max(y, lo)
+        out.append(y if not out or y - out[-1] >= gap else out[-1] + gap)
+    for i in range(len(out) - 1, -1, -1):
+        limit = hi if i == len(out) - 1 else out[i + 1] - gap
+        out[i] = max(min(out[i], limit), lo)
+    return out
 
 
 def sweep_dict(points: Sequence[SweepPoint], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -109,6 +109,7 @@ class Layout:
     selection: Selection
     n_steps: int
     panels: tuple[Panel, ...]
+    plan_graph_id: int = -1   # the graph the binding's plan was made for (-1: no plan)
 
 
 def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
@@ -145,7 +146,8 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
             else buffer_title(buffer_id, None, None, None, None)
         panels.append(Panel(buffer_id, title, tuple(blocks), tuple(collisions),
                             buffer_figures(model, buffer_id, roots, sel.plan_id, cut)))
-    return Layout(sel, n, tuple(panels))
+    plan = model.plans.get(sel.plan_id)
+    return Layout(sel, n, tuple(panels), plan.graph_id if plan is not None else -1)
 
 
 # -- rendering ----------------------------------------------------------------------
@@ -156,6 +158,51 @@ def _num(x: float) -> str:
 
 def _step_name(step: int, n: int) -> str:
     return "in" if step < 0 else ("out" if step >= n else str(step))
+
+
+def _offset_label(offset: int, scale_top: int) -> str:
+    """An offset on the y axis: exact bytes in a small buffer (they match the byte ranges
+    the text reports print), binary units in a large one (``24.7 MiB``, not ``25902080``)."""
+    return fmt_bytes(offset) if scale_top >= 1 << 20 else str(offset)
+
+
+def step_labels(n: int, step_w: float) -> list[int]:
+    """The steps named under a panel of ``n`` nodes whose columns are ``step_w`` pixels wide:
+    ``in`` (-1), ``out`` (n) and, between them, every step, or every multiple of the least
+    round stride (2, 5, 10, 20, 50, ...) whose labels do not run into each other; none so
+    close to ``out`` that the two would overlap.
+
+        >>> step_labels(23, 31.6) == [-1, *range(23), 23]
+        True
+        >>> step_labels(820, 0.96)[:3], step_labels(820, 0.96)[-3:]
+        ([-1, 50, 100], [700, 750, 820])
+    """
+    # a label is ~CHAR_WIDTH per character wide, centred on its column; 10 px apart at least
+    stride = _round_stride((len(str(n)) * CHAR_WIDTH + 10) / max(step_w, 1e-9))
+    inner = list(range(0, n)) if stride == 1 else list(range(stride, n, stride))
+    out_room = (len("out") * CHAR_WIDTH) / 2 + 4
+    inner = [s for s in inner if (n - s) * step_w >= out_room + len(str(s)) * CHAR_WIDTH / 2]
+    return [-1, *inner, n]
+
+
+def _round_stride(target: float) -> int:
+    """The least of 1, 2, 5, 10, 20, 50, ... that is at least ``target``."""
+    power = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * power >= target:
+                return m * power
+        power *= 10
+
+
+def _no_bound_note(panel: Panel, sel: Selection, plan_graph_id: int) -> str:
+    """Why a panel has no lower bound: the binding's plan placed nothing in this buffer, or
+    the binding applied (by node position, as ggml does) a plan made for another graph,
+    whose lower bound is not this graph's."""
+    if plan_graph_id >= 0 and plan_graph_id != sel.graph_id \
+            and any(b.binding_id == sel.binding_id and not b.stale for b in panel.blocks):
+        return f"no lower bound: this binding reused plan #{sel.plan_id}, made for graph #{plan_graph_id}"
+    return f"no lower bound: plan #{sel.plan_id} placed no tensor here"
 
 
 class _Labels:
@@ -251,7 +298,7 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
         if fig.lower_bound is not None:
             parts.append(f"lower bound of plan #{sel.plan_id} here {fmt_bytes(fig.lower_bound)} (green)")
         elif sel.plan_id >= 0:
-            parts.append(f"no lower bound: plan #{sel.plan_id} placed no tensor here")
+            parts.append(_no_bound_note(panel, sel, layout.plan_graph_id))
         w(f'<text class="figures" x="{MARGIN_LEFT}" y="{_num(top - 9)}" fill="#555">'
           f"{xml_escape(' · '.join(parts))}</text>\n")
         w(f'<rect x="{MARGIN_LEFT}" y="{_num(top)}" width="{_num(plot_w)}" height="{PANEL_HEIGHT}" '
@@ -261,12 +308,10 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
             off = scale_top * q // 4
             y = y_of(off)
             w(f'<line x1="{MARGIN_LEFT - 4}" y1="{_num(y)}" x2="{MARGIN_LEFT}" y2="{_num(y)}" stroke="#999"/>')
-            w(f'<text x="{MARGIN_LEFT - 6}" y="{_num(y + 3)}" text-anchor="end">{off}</text>\n')
-        every = max(1, (n + 2) // 20)
-        for s in range(-1, n + 1):
-            if (s + 1) % every and s != n:
-                continue
-            w(f'<text x="{_num(x_of(s) + step_w / 2)}" y="{_num(bottom + 14)}" text-anchor="middle" '
+            w(f'<text class="offset" x="{MARGIN_LEFT - 6}" y="{_num(y + 3)}" text-anchor="end">'
+              f'{_offset_label(off, scale_top)}</text>\n')
+        for s in step_labels(n, step_w):
+            w(f'<text class="step" x="{_num(x_of(s) + step_w / 2)}" y="{_num(bottom + 14)}" text-anchor="middle" '
               f'fill="#555">{_step_name(s, n)}</text>')
         w("\n")
         # the step where the most bytes are live (behind the blocks, named below the axis)

@@ -46,14 +46,17 @@ def trimmed_shape(ne: Sequence[int]) -> tuple[int, ...]:
 
 def buffer_title(buffer_id: int, backend: str | None, buft: str | None, usage: str | None, nbytes: int | None) -> str:
     """How every view names a buffer: ``buffer #2 CPU compute 4.7 KiB``; the buffer type is
-    named only when it is not the backend's own (``buffer #0 CPU (CPU_Mapped) weights``).
-    Unknown parts are left out. The caller makes the result inert for its target."""
+    named only when it is not the backend's own (``buffer #0 CPU (CPU_Mapped) weights``),
+    the usage only when it says something (ggml's default ``any`` does not: a buffer of
+    weights allocated by ``ggml_backend_alloc_ctx_tensors`` reads ``buffer #0 CPU 2.7 KiB``,
+    not ``CPU any``). Unknown parts are left out. The caller makes the result inert for its
+    target."""
     parts = [f"buffer #{buffer_id}"]
     if backend:
         parts.append(backend)
     if buft and buft != backend:
         parts.append(f"({buft})")
-    if usage:
+    if usage and usage != "any":
         parts.append(usage)
     if nbytes is not None:
         parts.append(fmt_bytes(nbytes))

@@ -18,50 +18,52 @@ import enum
 
 import numpy as np
 
+from vizalloc.trace.events import GGML_TYPE_SIZES
+
 
 class DType(enum.Enum):
     """A tensor element type: the name ``ggml_type_name`` prints, bytes per block, elements per block."""
 
-    F32 = ("f32", 4, np.dtype(np.float32))
-    F16 = ("f16", 2, np.dtype(np.float16))
-    I32 = ("i32", 4, np.dtype(np.int32))
-    I8 = ("i8", 1, np.dtype(np.int8))
-    I16 = ("i16", 2, np.dtype(np.int16))
-    I64 = ("i64", 8, np.dtype(np.int64))
-    F64 = ("f64", 8, np.dtype(np.float64))
-    BF16 = ("bf16", 2, None)
-    Q4_0 = ("q4_0", 18, None, 32)
-    Q4_1 = ("q4_1", 20, None, 32)
-    Q5_0 = ("q5_0", 22, None, 32)
-    Q5_1 = ("q5_1", 24, None, 32)
-    Q8_0 = ("q8_0", 34, None, 32)
-    Q8_1 = ("q8_1", 36, None, 32)
-    Q2_K = ("q2_K", 84, None, 256)
-    Q3_K = ("q3_K", 110, None, 256)
-    Q4_K = ("q4_K", 144, None, 256)
-    Q5_K = ("q5_K", 176, None, 256)
-    Q6_K = ("q6_K", 210, None, 256)
-    Q8_K = ("q8_K", 292, None, 256)
-    IQ2_XXS = ("iq2_xxs", 66, None, 256)
-    IQ2_XS = ("iq2_xs", 74, None, 256)
-    IQ3_XXS = ("iq3_xxs", 98, None, 256)
-    IQ1_S = ("iq1_s", 50, None, 256)
-    IQ4_NL = ("iq4_nl", 18, None, 32)
-    IQ3_S = ("iq3_s", 110, None, 256)
-    IQ2_S = ("iq2_s", 82, None, 256)
-    IQ4_XS = ("iq4_xs", 136, None, 256)
-    IQ1_M = ("iq1_m", 56, None, 256)
-    TQ1_0 = ("tq1_0", 54, None, 256)
-    TQ2_0 = ("tq2_0", 66, None, 256)
-    MXFP4 = ("mxfp4", 17, None, 32)
-    NVFP4 = ("nvfp4", 36, None, 64)
-    Q1_0 = ("q1_0", 18, None, 128)
-    Q2_0 = ("q2_0", 18, None, 64)
+    F32 = ("f32", np.dtype(np.float32))
+    F16 = ("f16", np.dtype(np.float16))
+    I32 = ("i32", np.dtype(np.int32))
+    I8 = ("i8", np.dtype(np.int8))
+    I16 = ("i16", np.dtype(np.int16))
+    I64 = ("i64", np.dtype(np.int64))
+    F64 = ("f64", np.dtype(np.float64))
+    BF16 = ("bf16", None)
+    Q4_0 = ("q4_0", None)
+    Q4_1 = ("q4_1", None)
+    Q5_0 = ("q5_0", None)
+    Q5_1 = ("q5_1", None)
+    Q8_0 = ("q8_0", None)
+    Q8_1 = ("q8_1", None)
+    Q2_K = ("q2_K", None)
+    Q3_K = ("q3_K", None)
+    Q4_K = ("q4_K", None)
+    Q5_K = ("q5_K", None)
+    Q6_K = ("q6_K", None)
+    Q8_K = ("q8_K", None)
+    IQ2_XXS = ("iq2_xxs", None)
+    IQ2_XS = ("iq2_xs", None)
+    IQ3_XXS = ("iq3_xxs", None)
+    IQ1_S = ("iq1_s", None)
+    IQ4_NL = ("iq4_nl", None)
+    IQ3_S = ("iq3_s", None)
+    IQ2_S = ("iq2_s", None)
+    IQ4_XS = ("iq4_xs", None)
+    IQ1_M = ("iq1_m", None)
+    TQ1_0 = ("tq1_0", None)
+    TQ2_0 = ("tq2_0", None)
+    MXFP4 = ("mxfp4", None)
+    NVFP4 = ("nvfp4", None)
+    Q1_0 = ("q1_0", None)
+    Q2_0 = ("q2_0", None)
 
-    def __init__(self, label: str, type_size: int, np_dtype: np.dtype | None, blck_size: int = 1) -> None:
+    def __init__(self, label: str, np_dtype: np.dtype | None) -> None:
         self.label = label
-        self.type_size = type_size
-        self.blck_size = blck_size
+        # bytes per block and elements per block: ggml's type_traits, from the one table
+        self.type_size, self.blck_size = GGML_TYPE_SIZES[label]
         self.numpy = np_dtype
 
     @property

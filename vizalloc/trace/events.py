@@ -515,6 +515,23 @@ def payload_fields(cls: type[Event]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))[3:]
 
 
+#: Every element type ggml 0.26.0 knows, by the name ``ggml_type_name`` prints (the label a
+#: trace stores): (bytes per block, elements per block) from ``src/ggml.c``'s type_traits.
+#: The one table: the runtime's ``DType`` takes its sizes from it, and the analysis sizes a
+#: traced tensor of any type (quantized weights of a captured process too) with it.
+GGML_TYPE_SIZES: dict[str, tuple[int, int]] = {
+    "f32": (4, 1), "f16": (2, 1), "i32": (4, 1), "i8": (1, 1), "i16": (2, 1), "i64": (8, 1), "f64": (8, 1),
+    "bf16": (2, 1),
+    "q4_0": (18, 32), "q4_1": (20, 32), "q5_0": (22, 32), "q5_1": (24, 32), "q8_0": (34, 32), "q8_1": (36, 32),
+    "q2_K": (84, 256), "q3_K": (110, 256), "q4_K": (144, 256), "q5_K": (176, 256), "q6_K": (210, 256),
+    "q8_K": (292, 256),
+    "iq2_xxs": (66, 256), "iq2_xs": (74, 256), "iq3_xxs": (98, 256), "iq1_s": (50, 256), "iq4_nl": (18, 32),
+    "iq3_s": (110, 256), "iq2_s": (82, 256), "iq4_xs": (136, 256), "iq1_m": (56, 256),
+    "tq1_0": (54, 256), "tq2_0": (66, 256), "mxfp4": (17, 32), "nvfp4": (36, 64), "q1_0": (18, 128),
+    "q2_0": (18, 64),
+}
+
+
 def ggml_nbytes(type_size: int, blck_size: int, ne: Sequence[int], nb: Sequence[int]) -> int:
     """``ggml_nbytes``: the bytes a tensor's strides span (0 for an empty tensor), for
     ``type_size`` bytes per block of ``blck_size`` elements.

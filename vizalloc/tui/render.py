@@ -258,9 +258,13 @@ def merge_runs(cells: list[Run]) -> list[Run]:
 
 
 def gutter(geom: MapGeometry, row: int, top: int) -> str:
-    """The offset column: the row's first byte, right-aligned."""
+    """The offset column: the row's first byte, right-aligned; in binary units when rows are
+    1 MiB or more (``20.0 MiB``, not ``20971520``; the status line gives exact bytes)."""
     lo = row * geom.bytes_per_row
-    return f"{lo:>{GUTTER - 1}}\u2502" if lo < max(top, 1) else " " * (GUTTER - 1) + "\u2502"
+    if lo >= max(top, 1):
+        return " " * (GUTTER - 1) + "\u2502"
+    text = fmt_bytes(lo) if geom.bytes_per_row >= 1 << 20 else str(lo)
+    return f"{text:>{GUTTER - 1}}\u2502"
 
 
 def describe_block(b: Block, n_steps: int) -> str:

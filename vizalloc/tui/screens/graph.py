@@ -19,14 +19,25 @@ from vizalloc.tui.screens.base import PaneScreen
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 
-class GraphSource:
-    columns: Sequence[Column] = (
-        Column("node", 6, True), Column("name", 0), Column("op", 12), Column("shape", 14), Column("sources", 0),
-        Column("relation", 0),
+def graph_columns(needs: Sequence[int] = (0, 0, 0, 0)) -> tuple[Column, ...]:
+    """The graph table's columns: name, op, sources and relation share the free width by
+    what they need (an op like CROSS_ENTROPY_LOSS_BACK was cut to 12 cells beside a half
+    empty name column)."""
+    name, op, sources, relation = needs
+    return (
+        Column("node", 6, True), Column("name", 0, natural=name), Column("op", 0, natural=op), Column("shape", 14),
+        Column("sources", 0, natural=sources), Column("relation", 0, natural=relation),
     )
+
+
+class GraphSource:
+    columns: Sequence[Column] = graph_columns()
 
     def __init__(self, rows: list[GraphRow]) -> None:
         self.rows = rows
+        if rows:
+            cells = [self.cells(i) for i in range(len(rows))]
+            self.columns = graph_columns([max(max(len(c[k]) for c in cells), 4) for k in (1, 2, 4, 5)])
 
     def __len__(self) -> int:
         return len(self.rows)

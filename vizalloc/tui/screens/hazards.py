@@ -20,15 +20,26 @@ from vizalloc.tui.screens.base import PaneScreen
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 
-class HazardsSource:
-    columns: Sequence[Column] = (
-        Column("kind", 15), Column("seq", 6, True), Column("tensor", 0), Column("other", 0), Column("buf", 4, True),
-        Column("bytes", 12), Column("times", 5, True), Column("where", 14),
+def hazard_columns(tensor_cells: int = 0, other_cells: int = 0, where_cells: int = 14) -> tuple[Column, ...]:
+    """The hazards table's columns: "where" as wide as its longest cell (up to 24: "compute
+    #1 host" was cut to "compute #1 ho…" in a fixed 14), the two tensors share the rest by
+    what they need."""
+    return (
+        Column("kind", 15), Column("seq", 6, True), Column("tensor", 0, natural=tensor_cells),
+        Column("other", 0, natural=other_cells), Column("buf", 4, True), Column("bytes", 12),
+        Column("times", 5, True), Column("where", min(max(where_cells, 5), 24)),
     )
+
+
+class HazardsSource:
+    columns: Sequence[Column] = hazard_columns()
 
     def __init__(self, hazards: list[Hazard], index: list[int]) -> None:
         self.hazards = hazards
         self.index = index
+        if index:
+            rows = [self.cells(i) for i in range(len(index))]
+            self.columns = hazard_columns(*(max(max((len(r[k]) for r in rows), default=0), 5) for k in (2, 3, 7)))
 
     def __len__(self) -> int:
         return len(self.index)
