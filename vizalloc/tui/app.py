@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,12 +24,13 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.widget import AwaitMount
 from textual.widgets import Static
 
 from vizalloc.errors import VizallocError
 from vizalloc.tui.data import STREAM_BYTES, Analysis, analyse, analyse_streamed, read_events
 from vizalloc.tui.inert import inert, inert_text
-from vizalloc.tui.messages import LoadFailed, LoadProgress, TraceAnalysed
+from vizalloc.tui.messages import BindingPrepared, LoadFailed, LoadProgress, TraceAnalysed
 from vizalloc.tui.screens.base import set_static
 from vizalloc.tui.screens.graph import GraphScreen
 from vizalloc.tui.screens.hazards import HazardsScreen
@@ -44,6 +47,8 @@ ExportWriter = Callable[[str, str], str]
 LOAD_SWITCH_INTERVAL_S = 0.0005
 #: How long a pane switch holds back frames (Textual's ``switch_mode`` asks for 50 ms).
 SWITCH_MASK_S = 0.01
+#: How long the selected binding must stay before a worker makes its views.
+PREPARE_SETTLE_S = 0.03
 
 _PHASES = {"read": "reading", "model": "building the model", "hazards": "finding hazards",
            "tensors": "indexing tensors"}
@@ -106,12 +111,19 @@ class VizallocApp(App[None]):
         self.scan = Prescan()
         self.analysis: Analysis | None = None
         self.version = 0
-        self.selected_binding = -1
+        self._selected_binding = -1
+        # the binding whose views a worker should prepare next, and whether one is at it
+        self._prepare_lock = threading.Lock()
+        self._prepare_next: int | None = None
+        self._prepare_settle = True
+        self._preparing = False
         self.map_target: MapTarget | None = None
         self.load_phase = "read"
         self.load_fraction = 0.0
         self.loaded = False
         self.load_error = ""
+        #: the mounted panes by class (``PaneScreen.on_mount``), brought up to date before a switch
+        self.panes: dict[type[Screen[Any]], Any] = {}
 
     # -- loading --------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -202,8 +214,10 @@ class VizallocApp(App[None]):
         self.version += 1
         if self.selected_binding < 0 and self.analysis.model.bindings:
             self.selected_binding = self.first_interesting_binding()
+        elif self.selected_binding >= 0:
+            self.prepare_binding(self.selected_binding)
         screen = self.screen
-        self.refresh_loadbar(screen)
+        self.refresh_loadbars()
         if hasattr(screen, "data_changed"):
             screen._seen_version = self.version  # type: ignore[attr-defined]
             screen.data_changed()
@@ -211,7 +225,7 @@ class VizallocApp(App[None]):
     def on_load_failed(self, message: LoadFailed) -> None:
         self.load_error = message.text
         self.loaded = True
-        self.refresh_loadbar(self.screen)
+        self.refresh_loadbars()
         self.notify(message.text, title="cannot load the trace", severity="error", timeout=30,
                     markup=False)
 
@@ -223,6 +237,12 @@ class VizallocApp(App[None]):
             if h.tensor_id >= 0:
                 return a.hazard_binding(h)
         return max(a.model.bindings) if a.model.bindings else -1
+
+    def refresh_loadbars(self) -> None:
+        """The loading bar of every pane and of the screen on top: when loading ends, each pane
+        hides its bar now, not on its next visit (that would lay the pane out anew once more)."""
+        for screen in {*self.panes.values(), self.screen}:
+            self.refresh_loadbar(screen)
 
     def refresh_loadbar(self, screen: Screen[Any]) -> None:
         bars = screen.query("#loadbar")
@@ -236,16 +256,100 @@ class VizallocApp(App[None]):
         set_static(bar, load_line(_PHASES.get(self.load_phase, self.load_phase), self.load_fraction,
                              self.scan.n_events, len(self.scan.steps)), layout=False)  # one line
 
+    # -- the selected binding, its views made in a worker ------------------------------------
+    @property
+    def selected_binding(self) -> int:
+        """The binding the memory map and the graph pane show (the timeline's cursor sets it)."""
+        return self._selected_binding
+
+    @selected_binding.setter
+    def selected_binding(self, binding_id: int) -> None:
+        changed = binding_id != self._selected_binding
+        self._selected_binding = binding_id
+        if changed and self.analysis is not None and binding_id >= 0:
+            self.prepare_binding(binding_id)
+
+    def prepare_binding(self, binding_id: int, *, settle: bool = True) -> None:
+        """Have the panes' views of a binding (its memory map, its node list) made in a worker, so
+        a visit to the pane finds them made; the latest binding asked for wins. ``settle``: wait
+        a moment first, the selection may move on (the timeline's cursor, a key held down); a
+        pane that waits for the views asks without."""
+        with self._prepare_lock:
+            self._prepare_next = binding_id
+            self._prepare_settle = settle
+            if self._preparing:
+                return
+            self._preparing = True
+        self._prepare_views()
+
+    @work(thread=True, group="prepare")
+    def _prepare_views(self) -> None:
+        try:
+            self._prepare_loop()
+        except BaseException:
+            with self._prepare_lock:  # the next request starts a worker anew
+                self._preparing = False
+            raise
+
+    def _prepare_loop(self) -> None:
+        while True:
+            with self._prepare_lock:
+                settle = self._prepare_settle
+            if settle:
+                time.sleep(PREPARE_SETTLE_S)
+            with self._prepare_lock:
+                binding_id = self._prepare_next
+                self._prepare_next = None
+                if binding_id is None:
+                    # in the same hold of the lock as the check: a request made after it
+                    # finds no worker and starts one
+                    self._preparing = False
+                    return
+            self._prepare_panes(binding_id)
+            self.post_message(BindingPrepared(binding_id))
+            # then the bindings before and after it (``n`` / ``p`` in the memory map), unless
+            # another one was asked for meanwhile
+            a = self.analysis
+            for other in ((a.next_binding(binding_id, 1), a.next_binding(binding_id, -1)) if a is not None else ()):
+                with self._prepare_lock:
+                    if self._prepare_next is not None:
+                        break
+                self._prepare_panes(other)
+
+    def _prepare_panes(self, binding_id: int) -> None:
+        for pane in list(self.panes.values()):
+            try:
+                pane.prepare(binding_id)
+            except Exception:  # noqa: BLE001, S112 - the pane makes it itself when shown, and says what failed
+                continue
+
+    def on_binding_prepared(self, message: BindingPrepared) -> None:
+        if not self.is_running:  # the app is closing: its panes' widgets may be gone already
+            return
+        for pane in self.panes.values():
+            if pane.is_attached:
+                pane.binding_prepared(message.binding_id)
+
     # -- navigation -------------------------------------------------------------------
     def delay_update(self, delay: float = 0.05) -> None:
         """Hold frames back for at most :data:`SWITCH_MASK_S`.
 
         ``switch_mode`` calls this to hide the moment between two screens, asking for 50 ms:
-        more than the rest of a pane switch. The panes are mounted at startup and redraw from
-        data already computed, so the next frame (at most 1/60 s later) already shows the new
-        pane whole.
+        more than the rest of a pane switch. The panes are mounted at startup and brought up
+        to date before the switch (:meth:`switch_mode`), so the next frame already shows the
+        new pane whole. Holding none back at all made the new pane's first frame come later
+        while the trace still loads (``benchmarks/tui.py``).
         """
         super().delay_update(min(delay, SWITCH_MASK_S))
+
+    def switch_mode(self, mode: str) -> AwaitMount:
+        """Switch to a pane, brought up to date first: the switch draws the pane as it is at
+        once, with what it shows now (updated on resume, it would be drawn twice, first as it
+        was)."""
+        pane = self.panes.get(self.MODES[mode]) if mode in self.MODES else None
+        if pane is not None and mode != self.current_mode:
+            pane.catch_up()
+        return super().switch_mode(mode)
 
     def action_pane(self, delta: int) -> None:
         names = [m for m, _ in self.PANES]

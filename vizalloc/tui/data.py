@@ -9,8 +9,9 @@ tensor rows, and memory maps on demand (cached).
 from __future__ import annotations
 
 import os
+import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,10 @@ from vizalloc.tui.tensorrows import (
 Progress = Callable[[str, int, int], None]
 
 MAP_CACHE = 16
+#: A bound graph of at most this many tensors (nodes and leafs) has its memory map and node
+#: list made on the UI thread when a pane needs them (a few milliseconds); a bigger one in a
+#: worker (``VizallocApp.prepare_binding``), the pane saying so until they are ready.
+INLINE_TENSORS = 256
 #: From this many events on, the analysed objects are frozen (``gc.freeze``) after loading.
 FREEZE_EVENTS = 100_000
 #: Events built per GIL release while a trace file is read (see ``ChunkDecoder.assemble``):
@@ -53,25 +58,61 @@ class Analysis:
     header: Any = None
     tensor_order: TensorOrder = field(init=False)
     _maps: OrderedDict[int, BindingMap] = field(default_factory=OrderedDict)
+    _maps_lock: threading.Lock = field(default_factory=threading.Lock)
     _binding_seqs: list[tuple[int, int]] = field(default_factory=list)
+    binding_ids: list[int] = field(default_factory=list)
+    """Every binding's id, in order (a streamed model's bindings are made when read: made once here)."""
     _inplace: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tensor_order = (RepeatedOrder(self.tensors) if isinstance(self.tensors, RepeatedRows)
                              else TensorOrder(self.tensors))
         self._binding_seqs = sorted((b.begin_seq, b.binding_id) for b in self.model.bindings.values())
+        self.binding_ids = sorted(b for _, b in self._binding_seqs)
+
+    def next_binding(self, binding_id: int, delta: int) -> int:
+        """The binding ``delta`` places after ``binding_id`` in id order, round the end (counted
+        from the first one for a binding that is none); -1 without bindings."""
+        ids = self.binding_ids
+        if not ids:
+            return -1
+        i = bisect_left(ids, binding_id)
+        if i == len(ids) or ids[i] != binding_id:
+            i = 0
+        return ids[(i + delta) % len(ids)]
 
     def binding_map(self, binding_id: int) -> BindingMap:
-        """The memory map of a binding (computed on first use, a few kept)."""
-        m = self._maps.get(binding_id)
+        """The memory map of a binding (computed on first use, a few kept).
+
+        Safe to call from a worker thread while the UI thread reads the cache: the model is
+        only read, and the cache is touched under a lock (never held while a map is built).
+        """
+        m = self.cached_map(binding_id)
         if m is None:
             m = build_binding_map(self.model, binding_id)
-            self._maps[binding_id] = m
-            while len(self._maps) > MAP_CACHE:
-                self._maps.popitem(last=False)
-        else:
-            self._maps.move_to_end(binding_id)
+            with self._maps_lock:
+                self._maps[binding_id] = m
+                while len(self._maps) > MAP_CACHE:
+                    self._maps.popitem(last=False)
         return m
+
+    def cached_map(self, binding_id: int) -> BindingMap | None:
+        """The memory map of a binding if it was built already (None: not yet)."""
+        with self._maps_lock:
+            m = self._maps.get(binding_id)
+            if m is not None:
+                self._maps.move_to_end(binding_id)
+            return m
+
+    def cheap(self, binding_id: int) -> bool:
+        """Whether the views of a binding are quick to make on the UI thread (see :data:`INLINE_TENSORS`)."""
+        b = self.model.bindings.get(binding_id)
+        if b is None:
+            return True
+        if b.graph is not None:
+            return b.graph.n_nodes + b.graph.n_leafs <= INLINE_TENSORS
+        g = self.model.graphs.get(b.graph_id)
+        return g is None or len(g.nodes) + len(g.leafs) <= INLINE_TENSORS
 
     def binding_before(self, seq: int) -> int:
         """The latest binding begun at or before ``seq`` (the first one if none; -1 without bindings)."""

@@ -1,4 +1,5 @@
-"""Messages the loading worker posts to the app (thread-safe ``post_message``)."""
+"""Messages the app's workers post to it (thread-safe ``post_message``): the loading worker's,
+and the one that prepares a binding's views."""
 
 from __future__ import annotations
 
@@ -31,3 +32,11 @@ class LoadFailed(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text
+
+
+class BindingPrepared(Message):
+    """The panes' views of a binding were computed in a worker (``PaneScreen.prepare``)."""
+
+    def __init__(self, binding_id: int) -> None:
+        super().__init__()
+        self.binding_id = binding_id

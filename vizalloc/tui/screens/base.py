@@ -61,6 +61,10 @@ class PaneScreen(Screen[None]):
 
     #: the pane's name in the title line
     PANE = ""
+    #: lines the info area always takes (None: as many as its text needs, at most four); a
+    #: pane whose body is fitted to its height (the memory map) keeps it fixed, or the body
+    #: would be fitted anew whenever the info text grew or shrank by a line
+    INFO_ROWS: int | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,6 +88,9 @@ class PaneScreen(Screen[None]):
         return ()
 
     def on_mount(self) -> None:
+        self.vz.panes[type(self)] = self
+        if self.INFO_ROWS is not None:
+            self.query_one("#info", Static).styles.height = self.INFO_ROWS
         self.update_title()
         self.vz.refresh_loadbar(self)
         app = self.app
@@ -96,11 +103,20 @@ class PaneScreen(Screen[None]):
             self._css_update_count = app._css_update_count
 
     def on_screen_resume(self) -> None:
+        self.catch_up()
+        self.update_title()
+
+    def catch_up(self) -> None:
+        """Show what the app holds now (the analysis, once it arrived; the selected binding).
+
+        The app calls it before it switches to the pane (``VizallocApp.switch_mode``), so the
+        switch's first frame already shows the pane up to date; on resume it then finds
+        nothing to do.
+        """
         self.vz.refresh_loadbar(self)
         if self._seen_version != self.vz.version:
             self._seen_version = self.vz.version
             self.data_changed()
-        self.update_title()
 
     def update_title(self) -> None:
         tabs = Text()
@@ -118,12 +134,24 @@ class PaneScreen(Screen[None]):
             return
         width = info.content_region.width
         rows = _rows(text, width) if width > 0 else None
-        set_static(info, text, layout=rows is None or rows != self._info_shown_rows)
+        set_static(info, text, layout=self.INFO_ROWS is None and (rows is None or rows != self._info_shown_rows))
         self._info_shown, self._info_shown_rows = text, rows
 
     # -- hooks for subclasses -----------------------------------------------------
     def data_changed(self) -> None:
         """The analysis arrived (or the steps grew); redraw from ``self.vz``."""
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the pane shows that it waits for a worker (its views of a binding, say)."""
+        return False
+
+    def prepare(self, binding_id: int) -> None:
+        """Make what the pane will show of a binding (called in a worker thread: compute and
+        keep, never touch a widget)."""
+
+    def binding_prepared(self, binding_id: int) -> None:
+        """What ``prepare`` made for a binding is ready (on the UI thread)."""
 
     def steps_grew(self) -> None:
         """More steps were pre-scanned (only the timeline cares)."""

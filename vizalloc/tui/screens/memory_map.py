@@ -28,6 +28,7 @@ class MapScreen(PaneScreen):
     """Offsets x steps of one buffer."""
 
     PANE = "Memory map"
+    INFO_ROWS = 4   # the cursor's place and up to three tensors, or "… and N more"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "binding(1)", "Next binding"),
         Binding("p", "binding(-1)", "Prev binding"),
@@ -39,6 +40,8 @@ class MapScreen(PaneScreen):
         super().__init__()
         self.bmap: BindingMap | None = None
         self.panel: Panel | None = None
+        #: ``_open``'s arguments while its binding's map is made in a worker
+        self._waiting: tuple[int, int, int | None, int | None, frozenset[int]] | None = None
 
     def compose_body(self) -> Iterable[Widget]:
         yield Static(id="maphead")
@@ -54,13 +57,14 @@ class MapScreen(PaneScreen):
         if self.vz.analysis is None:
             self.set_info("the memory map appears when the analysis is done")
 
-    def on_screen_resume(self) -> None:
-        super().on_screen_resume()
+    def catch_up(self) -> None:
+        super().catch_up()
+        selected = self.vz.selected_binding
         if self.vz.map_target is not None:
             self.apply_target()
-        elif self.vz.analysis is not None and (self.bmap is None
-                                               or self.bmap.binding_id != self.vz.selected_binding):
-            self._open(self.vz.selected_binding)
+        elif self.vz.analysis is not None and (self.bmap is None or self.bmap.binding_id != selected) and (
+                self._waiting is None or self._waiting[0] != selected):
+            self._open(selected)
 
     def data_changed(self) -> None:
         if self.vz.map_target is not None:
@@ -70,7 +74,9 @@ class MapScreen(PaneScreen):
 
     # -- opening ---------------------------------------------------------------------
     def _open(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
-              selected: frozenset[int] = frozenset()) -> None:
+              selected: frozenset[int] = frozenset(), wait: bool = True) -> None:
+        """Show a binding's memory map; ``wait``: a big graph's map is made in a worker
+        (False: here, as when the worker made it and it was dropped or failed meanwhile)."""
         a = self.vz.analysis
         if a is None:
             return
@@ -82,7 +88,21 @@ class MapScreen(PaneScreen):
                        "graph allocator", layout=False)
             return
         self.vz.selected_binding = binding_id
-        self.bmap = a.binding_map(binding_id)
+        bmap = a.cached_map(binding_id)
+        if bmap is None and wait and not a.cheap(binding_id):
+            # a big graph: its map is made in a worker (VizallocApp.prepare_binding, asked for
+            # by selecting the binding); this pane says so and opens it when it is ready
+            self._waiting = (binding_id, buffer_id, offset, step, selected)
+            self.bmap = None
+            self.panel = None
+            self.mmap.show(None)
+            set_static(self.query_one("#maphead", Static), Text(f"binding #{binding_id}: drawing its memory map\u2026",
+                                                               style="bold"), layout=False)
+            self.set_info("")
+            self.vz.prepare_binding(binding_id, settle=False)
+            return
+        self._waiting = None
+        self.bmap = bmap if bmap is not None else a.binding_map(binding_id)
         panel = self.bmap.panel(buffer_id) if buffer_id >= 0 else None
         if panel is None:
             panel = default_panel(self.bmap, selected)
@@ -94,6 +114,20 @@ class MapScreen(PaneScreen):
         # now, not on the CursorMoved message: a pane switch then draws the info lines in its
         # first frame (the message comes after it, finds them equal, and changes nothing)
         self._describe(*self.mmap.cursor_state())
+
+    @property
+    def waiting(self) -> bool:
+        return self._waiting is not None
+
+    def prepare(self, binding_id: int) -> None:
+        a = self.vz.analysis
+        if a is not None and binding_id in a.model.bindings:
+            a.binding_map(binding_id)
+
+    def binding_prepared(self, binding_id: int) -> None:
+        if self._waiting is not None and self._waiting[0] == binding_id:
+            b, buffer_id, offset, step, selected = self._waiting
+            self._open(b, buffer_id, offset=offset, step=step, selected=selected, wait=False)
 
     def apply_target(self) -> None:
         target = self.vz.map_target
@@ -181,10 +215,11 @@ class MapScreen(PaneScreen):
         a = self.vz.analysis
         if a is None or not a.model.bindings:
             return
-        ids = sorted(a.model.bindings)
-        cur = self.bmap.binding_id if self.bmap is not None else ids[0]
-        i = ids.index(cur) if cur in ids else 0
-        self._open(ids[(i + delta) % len(ids)], self.panel.buffer_id if self.panel is not None else -1)
+        cur = (self.bmap.binding_id if self.bmap is not None
+               else self._waiting[0] if self._waiting is not None else a.binding_ids[0])
+        buffer_id = (self.panel.buffer_id if self.panel is not None
+                     else self._waiting[1] if self._waiting is not None else -1)
+        self._open(a.next_binding(cur, delta), buffer_id)
 
     def action_buffer(self, delta: int) -> None:
         if self.bmap is None or not self.bmap.panels or self.panel is None:

@@ -120,7 +120,17 @@ class MemoryMap(Widget, can_focus=True):
         if self.panel is not None and self._auto_fit and self._fitted_size != (self.size.width, self.size.height):
             offset = self.cursor_row * self.geom.bytes_per_row
             step = self.geom.steps_of(self.cursor_col)[0]
+            old, scrolled = self.geom, (self.top, self.left)
             self._fit()
+            if self.geom == old:
+                # a line more or less that fits the same grid (the loading bar went away): the
+                # cursor stays on the same cell, so the pane needs no second round of updates
+                self.top = self.left = 0
+                self._clamp()
+                self._follow()
+                if (self.top, self.left) != scrolled:
+                    self.refresh()
+                return
             self.cursor_row = self.geom.row_of(offset)
             self.cursor_col = self.geom.col_of(step)
             self.top = self.left = 0
