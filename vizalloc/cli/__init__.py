@@ -21,6 +21,7 @@ import re
 import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from vizalloc.errors import VizallocError
 from vizalloc.text import inert_lines
@@ -67,7 +68,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="vizalloc",
         description="Shows and checks where every byte of a ggml-style compute graph lives.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in _available().items():
         if only is not None and name != only:
@@ -89,6 +90,20 @@ def plain_help(doc: str) -> str:
         '--shadow replays, like `memray run`'
     """
     return re.sub(r"``([^`]+)``", lambda m: m.group(1) if " " not in m.group(1) else f"`{m.group(1)}`", doc)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, as argparse's own action prints it, but looked up only when asked
+    for: reading the installed package's metadata would cost every command its time."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(_version() + "\n")
+        parser.exit()
 
 
 def _version() -> str:
