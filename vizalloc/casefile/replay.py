@@ -394,6 +394,10 @@ class CaseReplay:
 def replay_case(case: Case, *, reclaim: bool = False, use_scheduler: bool = True,
                 list_overlaps: bool = True) -> list[dict[str, Any]]:
     """Replay every step of ``case``; one golden-shaped result per step."""
-    return CaseReplay(case, reclaim=reclaim, use_scheduler=use_scheduler, list_overlaps=list_overlaps).run()
+    replay = CaseReplay(case, reclaim=reclaim, use_scheduler=use_scheduler, list_overlaps=list_overlaps)
+    try:
+        return replay.run()
+    finally:
+        replay.ctx.free()  # the results hold no tensor: free them now (Context.free)
 
 
