@@ -119,7 +119,7 @@ class CaseReplay:
             vs = spec.view_src
             src_ids = spec.src
             try:  # the usual case, in one C loop (this runs per tensor): every source made already
-                srcs: list[Tensor | None] = [*map(made, src_ids)]
+                srcs: list[Tensor | None] = [*map(made, src_ids)]  # type: ignore[arg-type]  # None: below
                 ready = True
             except TypeError:  # an empty slot (None) among the sources
                 ready = all(s is None or s < spec.id for s in src_ids)
