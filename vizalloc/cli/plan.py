@@ -85,13 +85,16 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from vizalloc.casefile import compare_results, parse_case, replay_case
+    from vizalloc.casefile import CaseReplay, compare_results, parse_case
     from vizalloc.cli import keep_until_exit
 
     case = parse_case(read_case_bytes(args.case), where=args.case)
     # the full list of overlapping pairs is built only where it is printed or compared
-    results = replay_case(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
-    keep_until_exit(case, results)  # 100,000s of objects: the process' exit frees them at once
+    replay = CaseReplay(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
+    results = replay.run()
+    # 100,000s of objects (the case, its replayed tensors, the results): the process'
+    # exit frees them at once
+    keep_until_exit(case, replay, results)
     if args.json:
         # one step per line, through the json module's C encoder (an indented dump is
         # written by its pure-Python one, several seconds for 100,000 tensors)
