@@ -46,7 +46,7 @@ def test_quick_path_accepts_only_what_the_careful_one_does(i: int, edits: list[t
                 t[name][int(idx)] = v
         else:
             t[field] = v
-    quick = P._tensor_quick(t, i, len(ROOTS), prefix)
+    quick = P._tensor_quick(t, i, prefix)
     careful = _careful(t, i, prefix)
     if quick is not None:
         assert careful == quick
@@ -57,6 +57,6 @@ def test_both_paths_agree_on_the_corpus(path: Path) -> None:
     tensors = json.loads(path.read_text())["tensors"]
     out: list[P.TensorSpec] = []
     for i, t in enumerate(tensors):
-        quick = P._tensor_quick(t, i, len(tensors), out)
+        quick = P._tensor_quick(t, i, out)
         assert quick is not None and quick == P._tensor(t, i, len(tensors), out)
         out.append(quick)

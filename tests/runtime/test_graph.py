@@ -68,6 +68,28 @@ def test_full_graph_and_freed_context_are_clear_errors() -> None:
         ctx.new_tensor_1d(F32, 4)
 
 
+def test_a_freed_context_lets_go_of_its_tensors_without_the_cycle_collector() -> None:
+    # a tensor points at its context and the context lists its tensors: ggml_free ends
+    # that cycle, so a large replay's tensors go by reference counting
+    import gc
+    import weakref
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ctx = Context()
+        t = ops.relu(ctx, ctx.new_tensor_1d(F32, 4))
+        alive = weakref.ref(t)
+        del t
+        assert alive() is not None  # the context still lists it
+        ctx.free()
+        assert alive() is None
+        assert list(ctx.tensors()) == [] and len(ctx) == 0
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def test_view_of_view_collapses_onto_the_root() -> None:
     ctx = Context()
     a = ctx.new_tensor_1d(F32, 64, name="a")

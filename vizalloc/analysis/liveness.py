@@ -38,8 +38,12 @@ read is allowed (ggml's in-place pattern).
 
 from __future__ import annotations
 
-from vizalloc.analysis.model import TraceModel
+from typing import TYPE_CHECKING
+
 from vizalloc.analysis.records import FLAG_INPUT, FLAG_OUTPUT, NON_WRITING_OPS, ComputeInfo, GraphSnapshot
+
+if TYPE_CHECKING:  # annotations only: the model is not needed to compare live ranges
+    from vizalloc.analysis.model import TraceModel
 
 #: (first write, last read); last read is None when nothing reads the root.
 Span = tuple[int, "int | None"]

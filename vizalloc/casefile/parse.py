@@ -21,6 +21,7 @@ huge or deep value.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,8 +49,9 @@ MAX_ALIGNMENT = 2**30
 #: gets memory): the replay runs in real memory, and freed buffers are filled with poison.
 MAX_CASE_BYTES = 2**30
 _DTYPES = {t.label: t for t in DType}
-_OPS = Op.__members__
-_UNARY_OPS = UnaryOp.__members__
+# plain dicts: a mappingproxy's ``get`` is slower, and it runs per tensor
+_OPS = dict(Op.__members__)
+_UNARY_OPS = dict(UnaryOp.__members__)
 
 
 @dataclass(slots=True)
@@ -156,10 +158,16 @@ def _ints(v: Any, where: str, n: int | None = None, lo: int = 0, hi: int = MAX_E
     return tuple(v)
 
 
+_INT_ONLY = {int}
+
+
 def _ids(v: Any, where: str, n: int, what: str = "tensor id") -> tuple[int, ...]:
     """A list of ids ``0..n-1``."""
     if type(v) is not list:
         raise _fail(where, f"expected a list of {what}s, got {show(v)}")
+    # the usual case, checked by C loops (a graph lists 100,000 nodes); the loop below names a bad one
+    if not v or (set(map(type, v)) == _INT_ONLY and min(v) >= 0 and max(v) < n):
+        return tuple(v)
     for j, x in enumerate(v):
         if type(x) is not int:
             raise _fail(f"{where}[{j}]", f"expected a {what}, got {show(x)}")
@@ -256,6 +264,8 @@ def _buffer_types(items: list[Any]) -> list[dict[str, Any]]:
 
 _TENSOR_FIELDS = ("id", "name", "type", "ne", "nb", "op", "src", "view_src", "view_offs", "flags_raw", "external")
 _MISSING = object()
+#: the fields of a tensor object in one call
+_tensor_fields = operator.itemgetter(*_TENSOR_FIELDS)
 
 
 def _tensors(items: list[Any]) -> list[TensorSpec]:
@@ -264,11 +274,12 @@ def _tensors(items: list[Any]) -> list[TensorSpec]:
     forward = False
     total = 0
     for i, t in enumerate(items):
-        spec = _tensor_quick(t, i, n, out) or _tensor(t, i, n, out)
+        spec = _tensor_quick(t, i, out)
+        if spec is None:  # the quick path takes no source after the tensor itself
+            spec = _tensor(t, i, n, out)
+            forward = forward or any(s is not None and s > i for s in spec.src)
         if spec.view_src is None:
             total += spec.nbytes
-        if not forward:
-            forward = any(s is not None and s > i for s in spec.src)
         out.append(spec)
     if total > MAX_CASE_BYTES:
         raise _fail("tensors", f"the tensors need {total:,} bytes; vizalloc plan replays at most "
@@ -278,36 +289,38 @@ def _tensors(items: list[Any]) -> list[TensorSpec]:
     return out
 
 
-def _tensor_quick(t: Any, i: int, n: int, out: list[TensorSpec]) -> TensorSpec | None:
-    """A well-formed tensor, checked without building any message; None when anything is
-    off, and :func:`_tensor` then finds and names it. Accepts only what ``_tensor`` accepts.
+def _tensor_quick(t: Any, i: int, out: list[TensorSpec]) -> TensorSpec | None:
+    """A well-formed tensor whose sources are itself or earlier tensors, checked without
+    building any message; None when anything is off (or a source comes later), and
+    :func:`_tensor` then finds and names it. Accepts only what ``_tensor`` accepts.
     (Unrolled: it runs once per tensor of files with 100,000 of them.)"""
+    m = MAX_EXTENT
     try:
-        tid, name, label, ne, nb, op, src, vs, offs, flags, ext = (
-            t["id"], t["name"], t["type"], t["ne"], t["nb"], t["op"], t["src"], t["view_src"], t["view_offs"],
-            t["flags_raw"], t["external"])
+        tid, name, label, ne, nb, op, src, vs, offs, flags, ext = _tensor_fields(t)
         u = t.get("unary_op")
         n0, n1, n2, n3 = ne
         s0, s1, s2, s3 = nb
+        # the ranges first, as chained comparisons (anything but a number raises
+        # TypeError); they pass 8.0 and True, which the type tests below refuse
+        if not (0 <= n0 <= m and 0 <= n1 <= m and 0 <= n2 <= m and 0 <= n3 <= m
+                and 1 <= s0 <= m and 1 <= s1 <= m and 1 <= s2 <= m and 1 <= s3 <= m):
+            return None
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     if (type(tid) is not int or tid != i or type(ne) is not list or type(nb) is not list
             or type(src) is not list or len(src) > MAX_SRC or type(name) is not str or type(ext) is not bool
             or type(flags) is not int or not 0 <= flags <= MAX_FLAGS or type(offs) is not int
-            or not 0 <= offs <= MAX_EXTENT or type(label) is not str or type(op) is not str):
+            or not 0 <= offs <= m or type(label) is not str or type(op) is not str
+            or type(n0) is not int or type(n1) is not int or type(n2) is not int or type(n3) is not int
+            or type(s0) is not int or type(s1) is not int or type(s2) is not int or type(s3) is not int):
         return None
     dtype = _DTYPES.get(label)
     opv = _OPS.get(op)
     unary = None if u is None else (_UNARY_OPS.get(u) if type(u) is str else None)
     if dtype is None or opv is None or (u is not None and unary is None):
         return None
-    if not (type(n0) is int and type(n1) is int and type(n2) is int and type(n3) is int
-            and type(s0) is int and type(s1) is int and type(s2) is int and type(s3) is int
-            and min(n0, n1, n2, n3) >= 0 and min(s0, s1, s2, s3) >= 1
-            and max(n0, n1, n2, n3, s0, s1, s2, s3) <= MAX_EXTENT):
-        return None
     for x in src:
-        if x is not None and (type(x) is not int or not 0 <= x < n):
+        if x is not None and (type(x) is not int or not 0 <= x <= i):
             return None
     ne4, nb4 = (n0, n1, n2, n3), (s0, s1, s2, s3)
     if vs is None:
@@ -424,12 +437,14 @@ def _steps(items: list[Any], n: int, n_bufts: int) -> list[CaseStep]:
                 raise _fail(f"{w}.graph", f"action {action} needs a graph with nodes and leafs")
             nodes = _ids(g.get("nodes"), f"{w}.graph.nodes", n)
             leafs = _ids(g.get("leafs"), f"{w}.graph.leafs", n)
-            seen: set[int] = set()
-            for key, ids in (("nodes", nodes), ("leafs", leafs)):
-                for j, k in enumerate(ids):
-                    if k in seen:
-                        raise _fail(f"{w}.graph.{key}[{j}]", f"tensor {k} is listed twice (a graph holds a tensor once)")
-                    seen.add(k)
+            if len({*nodes, *leafs}) < len(nodes) + len(leafs):  # a tensor listed twice: name the first repeat
+                seen: set[int] = set()
+                for key, ids in (("nodes", nodes), ("leafs", leafs)):
+                    for j, k in enumerate(ids):
+                        if k in seen:
+                            raise _fail(f"{w}.graph.{key}[{j}]",
+                                        f"tensor {k} is listed twice (a graph holds a tensor once)")
+                        seen.add(k)
         nbi = None if s.get("node_buffer_ids") is None else _ids(s["node_buffer_ids"], f"{w}.node_buffer_ids",
                                                                   n_bufts, "buffer id")
         lbi = None if s.get("leaf_buffer_ids") is None else _ids(s["leaf_buffer_ids"], f"{w}.leaf_buffer_ids",

@@ -111,25 +111,29 @@ class CaseReplay:
 
     def _build_tensors(self) -> None:
         specs = self.case.tensors
+        tensors = self.tensors
+        made = tensors.__getitem__
+        new_tensor = self.ctx.new_tensor_impl
         late: list[tuple[Tensor, tuple[int | None, ...]]] = []
-        for i, spec in enumerate(specs):
-            vs = None if spec.view_src is None else self.tensors[spec.view_src]
+        for spec in specs:
+            vs = spec.view_src
             src_ids = spec.src
-            ready = True  # every source made already (a plain loop: this runs per tensor)
-            for s in src_ids:
-                if s is not None and s >= i:
-                    ready = False
-                    break
-            srcs = [None if s is None else self.tensors[s] for s in src_ids] if ready else []
+            try:  # the usual case, in one C loop (this runs per tensor): every source made already
+                srcs: list[Tensor | None] = [*map(made, src_ids)]  # type: ignore[arg-type]  # None: below
+                ready = True
+            except TypeError:  # an empty slot (None) among the sources
+                ready = all(s is None or s < spec.id for s in src_ids)
+                srcs = [None if s is None else made(s) for s in src_ids] if ready else []
+            except IndexError:  # a source made later (or the tensor itself, as ggml_cast lists): set below
+                ready = False
+                srcs = []
             u = spec.unary_op
-            t = self.ctx.new_tensor_impl(
-                spec.type, spec.ne, vs, spec.view_offs, nb=spec.nb,
-                op=spec.op, src=srcs, op_params=(u,) if u is not None else (), name=spec.name,
-            )
+            t = new_tensor(spec.type, spec.ne, None if vs is None else made(vs), spec.view_offs, nb=spec.nb,
+                           op=spec.op, src=srcs, op_params=(u,) if u is not None else (), name=spec.name)
             if not ready:
                 late.append((t, src_ids))
             t._set_flags(spec.flags_raw)
-            self.tensors.append(t)
+            tensors.append(t)
         # Static memory is allocated after the graphs are built (as ggml-opt does): views
         # created before it have no data until a binding's view_init; views marked external
         # were made after it and got root + view_offs at creation (buffer stays None).
@@ -390,6 +394,10 @@ class CaseReplay:
 def replay_case(case: Case, *, reclaim: bool = False, use_scheduler: bool = True,
                 list_overlaps: bool = True) -> list[dict[str, Any]]:
     """Replay every step of ``case``; one golden-shaped result per step."""
-    return CaseReplay(case, reclaim=reclaim, use_scheduler=use_scheduler, list_overlaps=list_overlaps).run()
+    replay = CaseReplay(case, reclaim=reclaim, use_scheduler=use_scheduler, list_overlaps=list_overlaps)
+    try:
+        return replay.run()
+    finally:
+        replay.ctx.free()  # the results hold no tensor: free them now (Context.free)
 
 

@@ -15,12 +15,14 @@ printed; never 1, which a CI job would read as findings), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import re
 import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from vizalloc.errors import VizallocError
 from vizalloc.text import inert_lines
@@ -67,7 +69,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="vizalloc",
         description="Shows and checks where every byte of a ggml-style compute graph lives.",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in _available().items():
         if only is not None and name != only:
@@ -89,6 +91,20 @@ def plain_help(doc: str) -> str:
         '--shadow replays, like `memray run`'
     """
     return re.sub(r"``([^`]+)``", lambda m: m.group(1) if " " not in m.group(1) else f"`{m.group(1)}`", doc)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, as argparse's own action prints it, but looked up only when asked
+    for: reading the installed package's metadata would cost every command its time."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(_version() + "\n")
+        parser.exit()
 
 
 def _version() -> str:
@@ -136,6 +152,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERNAL_ERROR
 
 
+#: what commands handed to ``keep_until_exit``; set by ``run_main``: the process ends when ``main`` returns
+_kept: list[Any] = []
+_process_ends = False
+
+
+def keep_until_exit(*objects: Any) -> None:
+    """Hold a command's large results until the process ends.
+
+    Under ``run_main`` a FAST_EXIT command's process ends with ``os._exit``, which gives
+    back all its memory at once: freeing 100,000s of objects one by one as the command
+    returns would only take time. They are frozen too (``gc.freeze``), so the cyclic
+    collector, back on after the command's work, never traverses them. Where ``main``
+    runs in a longer-lived process (a test), nothing is held.
+    """
+    if _process_ends:
+        _kept.extend(objects)
+        gc.freeze()
+
+
 def run_main() -> None:
     """Console-script entry point.
 
@@ -144,6 +179,8 @@ def run_main() -> None:
     takes about half a second after analysing a 2M-event trace. Commands that run user
     code (run, demo, tui) exit normally so the program's ``atexit`` handlers still run.
     """
+    global _process_ends
+    _process_ends = True  # what is kept goes with the process (os._exit, or the interpreter's exit)
     code = main()
     module = sys.modules.get(COMMANDS.get(_chosen(sys.argv[1:]) or "", ("", ""))[0])
     if getattr(module, "FAST_EXIT", False):

@@ -48,8 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_case_bytes(path: str) -> bytes:
     """The file's bytes; a trace file, a directory or an oversized file is a clear error."""
-    from vizalloc.trace.fileformat import MAGIC
-
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -66,9 +64,14 @@ def read_case_bytes(path: str) -> bytes:
     if len(data) > MAX_FILE_BYTES:
         raise UsageError(f"{path} has more than {MAX_FILE_BYTES:,} bytes; vizalloc plan reads case files of at "
                          f"most {MAX_FILE_BYTES:,}")
-    if data.startswith(MAGIC):
-        raise UsageError(f"{path} is a vizalloc trace, not a graph case file; look at it with "
-                         f"`vizalloc check {path}` or `vizalloc summary {path}`")
+    if data[:1] != b"{" and not data[:1].isspace():
+        # a case file starts with "{" (or white space): only another file may be a trace,
+        # and only then is the trace file format imported to tell
+        from vizalloc.trace.fileformat import MAGIC
+
+        if data.startswith(MAGIC):
+            raise UsageError(f"{path} is a vizalloc trace, not a graph case file; look at it with "
+                             f"`vizalloc check {path}` or `vizalloc summary {path}`")
     return data
 
 
@@ -82,11 +85,16 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from vizalloc.casefile import compare_results, parse_case, replay_case
+    from vizalloc.casefile import CaseReplay, compare_results, parse_case
+    from vizalloc.cli import keep_until_exit
 
     case = parse_case(read_case_bytes(args.case), where=args.case)
     # the full list of overlapping pairs is built only where it is printed or compared
-    results = replay_case(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
+    replay = CaseReplay(case, reclaim=args.reclaim, list_overlaps=args.json or args.check)
+    results = replay.run()
+    # 100,000s of objects (the case, its replayed tensors, the results): the process'
+    # exit frees them at once
+    keep_until_exit(case, replay, results)
     if args.json:
         # one step per line, through the json module's C encoder (an indented dump is
         # written by its pure-Python one, several seconds for 100,000 tensors)

@@ -196,6 +196,10 @@ class Context:
         if self.freed:
             return
         self.freed = True
+        # ggml_free releases the tensor structs with the context; dropping the list also
+        # breaks the tensor <-> context reference cycle, so the tensors go as soon as
+        # nothing else holds them instead of waiting for a cyclic collection
+        self._tensors = []
         if self._pool is not None:
             self._pool.free(cause=f"context {self.name} freed")
         if recorder.active():

@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
 from vizalloc.trace.events import Event, Location
-from vizalloc.trace.schema import SCHEMA, check_event
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: Packaged *programs* (the demo's training loops) are the user's code as far as source
@@ -89,8 +88,18 @@ _RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENER
 #: are never cached (their callers change between resumptions). Cleared when the last
 #: recorder goes, so no frame outlives a trace.
 _loc_cache: tuple[Any, Location | None, Any, Location | None] = (None, None, None, None)
-_new: dict[type[Event], Callable[..., Event]] = {cls: s.new for cls, s in SCHEMA.items()}
-_arity: dict[type[Event], int] = {cls: len(s.fields) for cls, s in SCHEMA.items()}
+#: each kind's fast constructor and field count, from the event schema: filled when the
+#: first recorder starts (``_set``), so a program that never records (``vizalloc plan``)
+#: never imports the schema, which builds every kind's constructor as it loads
+_new: dict[type[Event], Callable[..., Event]] = {}
+_arity: dict[type[Event], int] = {}
+
+
+def _load_schema() -> None:
+    from vizalloc.trace.schema import SCHEMA
+
+    _new.update({cls: s.new for cls, s in SCHEMA.items()})
+    _arity.update({cls: len(s.fields) for cls, s in SCHEMA.items()})
 
 
 def active() -> bool:
@@ -105,6 +114,8 @@ def capturing_values() -> bool:
 
 def _set(recs: tuple[Recorder, ...]) -> None:
     global _recorders, _sinks, _row_sinks, _row_sink, _capturing, _loc_cache
+    if recs and not _new:
+        _load_schema()
     _sinks = tuple(r.record for r in recs)
     rows = tuple(getattr(r, "record_row", None) for r in recs)
     _row_sinks = rows if rows and all(f is not None for f in rows) else ()  # type: ignore[assignment]
@@ -319,5 +330,7 @@ class StrictRecorder(ListRecorder):
     that made it. For tests: the check costs more than recording."""
 
     def record(self, event: Event) -> None:
+        from vizalloc.trace.schema import check_event
+
         check_event(event)
         self.events.append(event)

@@ -29,8 +29,10 @@ since the last explicit ``reserve``) and that still point into one of its buffer
 cleared first, so they are planned afresh. An explicit ``reserve`` forgets what was
 bound before it (the hole the maintainers' counter-example exploits). Remembering every
 binding since the last reserve, not only the very last one, keeps tensors that skip a
-graph (gradients in a forward/backward alternation) from staying stale. This is
-vizalloc's only knowing departure from ggml, and it is off by default.
+graph (gradients in a forward/backward alternation) from staying stale. Bindings are
+remembered while ``reclaim`` is on (turning it on later, as ``OptContext`` does, reclaims
+from the next binding). This is vizalloc's only knowing departure from ggml, and it is
+off by default.
 
 Every decision is reported through the recorder (``PlanBegin`` ... ``PlanEnd``,
 ``Replan``, ``BindingBegin``/``BindingEnd``) only while a trace is recording. The
@@ -90,7 +92,7 @@ class GraphAllocator:
         #: per buffer id: its chunk buffers (ggml's vbuffer), or None before the first reserve
         self.buffers: list[list[Buffer] | None] = [None] * len(self.bufts)
         self.plan: Plan | None = None
-        #: tensors bound since the last explicit reserve (for reclaim), by id()
+        #: tensors bound since the last explicit reserve while reclaim is on, by id()
         self._bound: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
         #: ids of every chunk buffer this allocator ever made (freed ones included)
         self._own_buffers: set[int] = set()
@@ -302,7 +304,9 @@ class GraphAllocator:
         binding_id = next(_binding_ids)
         if tracing:
             recorder.emit(ev.BindingBegin, self.id, binding_id, -1 if plan is None else plan.plan_id, graph.id)
-        bound = self._bound
+        # only the reclaim fix reads what was bound: without it, a weak reference per
+        # tensor would cost more than the binding itself
+        bound = self._bound if self.reclaim else None
         buffers = self.buffers
         tensor_alloc = memory.tensor_alloc
         view_init = memory.view_init
@@ -315,7 +319,8 @@ class GraphAllocator:
                     if vs.buffer is None:
                         return  # root placed without a buffer: ggml leaves the view alone
                     view_init(t, binding_id=binding_id)
-                    bound[id(t)] = t
+                    if bound is not None:
+                        bound[id(t)] = t
             elif t.data is None:
                 b, c, o, size_max = rec
                 if b < 0:
@@ -343,18 +348,23 @@ class GraphAllocator:
                         requested=need, available=buf.nbytes - o,
                     )
                 tensor_alloc(buf, t, buf.base + o, by=gallocr, binding_id=binding_id)
-                bound[id(t)] = t
+                if bound is not None:
+                    bound[id(t)] = t
 
         if plan is not None:
             leaf = plan.leaf
             for i, t in enumerate(graph.leafs):
                 init(t, leaf(i))
             src, dst = plan.src, plan.dst
+            # ``init`` leaves a tensor that is not a view and has data alone, and most
+            # entries reach one (a node's sources were bound as earlier nodes): they are
+            # skipped before their record is made
             for i, node in enumerate(graph.nodes):
                 for j, s in enumerate(node.src):
-                    if s is not None:
+                    if s is not None and (s.data is None or s.view_src is not None):
                         init(s, src(i, j))
-                init(node, dst(i))
+                if node.data is None or node.view_src is not None:
+                    init(node, dst(i))
         if tracing:
             recorder.emit(ev.BindingEnd, binding_id, True)
 

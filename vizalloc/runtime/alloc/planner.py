@@ -33,7 +33,6 @@ from vizalloc.runtime.alloc.dyn_allocator import SIZE_MAX, DynAllocator
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.tensor import INPLACE_OPS, Flag, Op, label
 from vizalloc.trace import events as ev
-from vizalloc.trace.events import ggml_nbytes
 from vizalloc.trace import recorder
 
 if TYPE_CHECKING:
@@ -113,7 +112,7 @@ class _ListedTwice(Exception):
 
 
 def flatten(graph: Graph, plain: bool, *, incremental: bool = True) -> FlatGraph:
-    """Number ``graph``'s tensors for ``plan`` (``plain``: also compute each one's ``nbytes``).
+    """Number ``graph``'s tensors for ``plan`` (``plain``: also record each one's ``nbytes``).
 
     With ``incremental`` the numbers are given while the tensors are scanned, so each tensor
     object is touched once while it is in the cache (at 100k nodes, graph order scatters
@@ -234,8 +233,7 @@ def _flatten(graph: Graph, plain: bool, incremental: bool) -> FlatGraph:  # noqa
             state[k] = SKIPPED
             external.append(k)
         if plain:
-            dt = t.type
-            size[k] = ggml_nbytes(dt.type_size, dt.blck_size, t.ne, t.nb)
+            size[k] = t.nbytes
     if len(index) != m + len(outside):
         raise _ListedTwice()
     j = 0
