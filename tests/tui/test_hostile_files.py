@@ -11,7 +11,7 @@ import pytest
 from vizalloc.errors import TraceFormatError
 from vizalloc.trace.fileformat import TraceTruncatedWarning
 from vizalloc.tui.app import VizallocApp
-from vizalloc.tui.data import read_events
+from vizalloc.tui.data import analyse_streamed, read_events
 from vizalloc.tui.steps import Prescan
 
 from tests.trace import fuzz
@@ -35,8 +35,12 @@ def test_read_events_says_where_a_trace_is_cut(frames, tmp_path: Path) -> None: 
     events, _ = read_events(path, Prescan(), on_cut=said.append)
     assert len(events) == fr[0].n_events + fr[1].n_events
     assert len(said) == 1 and "trace cut at byte" in said[0] and "2 complete frames" in said[0]
-    with pytest.warns(TraceTruncatedWarning, match="2 complete frames"):
+    with pytest.warns(TraceTruncatedWarning, match="2 complete frames") as caught:
         read_events(path, Prescan())
+    assert caught[0].filename == __file__  # the warning points at the line that read the file
+    with pytest.warns(TraceTruncatedWarning, match="2 complete frames") as caught:
+        analyse_streamed(path, Prescan())
+    assert caught[0].filename == __file__
     path.write_bytes(data[:fr[0].offset + 10])
     with pytest.raises(TraceFormatError, match="no complete frame, so no events; there is nothing to show"):
         read_events(path, Prescan(), on_cut=said.append)

@@ -15,11 +15,11 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from vizalloc.analysis.hazards import Hazard, find_hazards
-from vizalloc.gcpause import gc_paused
 from vizalloc.analysis.model import TraceModel, build_model
+from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 from vizalloc.tui.mapdata import BindingMap, build_binding_map
 from vizalloc.tui.steps import Prescan
@@ -31,6 +31,9 @@ from vizalloc.tui.tensorrows import (
     build_repeated_rows,
     build_tensor_rows,
 )
+
+if TYPE_CHECKING:
+    from vizalloc.trace.fileformat import TraceFileReader
 
 #: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
 Progress = Callable[[str, int, int], None]
@@ -147,6 +150,37 @@ class Analysis:
         return got
 
 
+
+def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, int]:
+    """The trace file opened for reading, and its size in bytes (to show progress)."""
+    from vizalloc.errors import UsageError
+
+    try:
+        total = os.path.getsize(path)
+        return open(path, "rb"), total  # the caller closes it (its with block)
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+
+
+def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> None:
+    """Say where a trace cut short is cut, once reading ended: ``on_cut(sentence)``, or a
+    ``TraceTruncatedWarning`` at the line that called the reading function.
+
+    Raises:
+        TraceFormatError: cut before its first complete frame (nothing to show).
+    """
+    from vizalloc.errors import TraceFormatError
+
+    cut = reader.truncation()
+    if cut is None:
+        return
+    if cut.n_frames == 0:
+        raise TraceFormatError(f"{cut}; there is nothing to show yet")
+    if on_cut is not None:
+        on_cut(str(cut))
+    else:
+        reader.warn_if_incomplete(stacklevel=4)  # here, _say_cut, the reading function, its caller
+
 def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
                 batch_events: int = 1 << 16, on_cut: Callable[[str], None] | None = None
                 ) -> tuple[list[ev.Event], Any]:
@@ -161,16 +195,9 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
         UsageError: the file cannot be read.
         TraceFormatError: not a trace, damaged, or cut before its first complete frame.
     """
-    import warnings
-
-    from vizalloc.errors import TraceFormatError, UsageError
     from vizalloc.trace.fileformat import TraceFileReader
 
-    try:
-        total = os.path.getsize(path)
-        f = open(path, "rb")  # noqa: SIM115 - closed by the with block below
-    except OSError as exc:
-        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+    f, total = _open_trace(path)
     events: list[ev.Event] = []
     # Reading makes millions of objects that all stay alive; each full collection would walk
     # them all while holding the GIL and freeze the UI.
@@ -181,14 +208,7 @@ def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[
             scan.feed(batch)
             if on_batch is not None:
                 on_batch(reader.offset, total)
-        cut = reader.truncation()
-        if cut is not None:
-            if cut.n_frames == 0:
-                raise TraceFormatError(f"{cut}; there is nothing to show yet")
-            if on_cut is not None:
-                on_cut(str(cut))
-            else:
-                warnings.warn(cut, stacklevel=2)
+        _say_cut(reader, on_cut)
         _freeze_if_big(pause, len(events))
         return events, reader.header
 
@@ -218,18 +238,11 @@ def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Call
         UsageError: the file cannot be read.
         TraceFormatError: not a trace, damaged, or cut before its first complete frame.
     """
-    import warnings
-
     from vizalloc.analysis.stream import StreamAnalysis
-    from vizalloc.errors import TraceFormatError, UsageError
     from vizalloc.trace.columns import iter_columns
     from vizalloc.trace.fileformat import TraceFileReader
 
-    try:
-        total = os.path.getsize(path)
-        f = open(path, "rb")  # noqa: SIM115 - closed by the with block below
-    except OSError as exc:
-        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+    f, total = _open_trace(path)
     stream = StreamAnalysis()
     stream.on_events = scan.feed
     stream.on_skipped = scan.feed_run
@@ -242,14 +255,7 @@ def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Call
             if on_batch is not None:
                 on_batch(reader.offset, total)
             time.sleep(0)
-        cut = reader.truncation()
-        if cut is not None:
-            if cut.n_frames == 0:
-                raise TraceFormatError(f"{cut}; there is nothing to show yet")
-            if on_cut is not None:
-                on_cut(str(cut))
-            else:
-                warnings.warn(cut, stacklevel=2)
+        _say_cut(reader, on_cut)
         if progress:
             progress("hazards", 0, 1)
         hazards = stream.finish()
