@@ -39,19 +39,20 @@ differently from the CPU build's graph (flash attention ``auto`` is resolved by 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import PlanInfo
 from vizalloc.errors import UsageError
-from vizalloc.replay.rebuild import Rebuilt
+from vizalloc.replay.rebuild import Rebuilt, paused_recording
 from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
 from vizalloc.runtime.backends.cpu import CPUBackend
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
+from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Flag, Op, Tensor
 
@@ -207,18 +208,6 @@ def _n_tokens(graph: Sequence[Tensor]) -> int:
     return 0
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    from vizalloc.trace import recorder
-
-    saved = recorder._recorders  # noqa: SLF001 - the simulation must not write into the caller's trace
-    recorder._set(())  # noqa: SLF001
-    try:
-        yield
-    finally:
-        recorder._set(saved)  # noqa: SLF001
-
-
 def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = None,
                  record: bool = True) -> Prediction:
     """Replay llama.cpp's worst-case graphs of a CPU capture on ``CUDA0`` + CPU.
@@ -242,31 +231,23 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
     bufts = {"CUDA0": cuda, "CUDA_Host": host, "CPU": cpu_weights}
     rec = StrictRecorder() if record else None
     notes: list[str] = []
-    with _quiet():
-        ctx_manager = rec if rec is not None else _nullcontext()
-        with ctx_manager:
-            gpu = SimCudaBackend(cuda)
-            cpu = PlanningCPUBackend()
-            max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
-            sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
-            n_splits = 0
-            for plan in plans:
-                rebuilt = _Rebuild(model, plan, placement, bufts)
-                graph = _graph_of(rebuilt)
-                rebuilt.assign_norms(sched, _n_tokens(rebuilt.nodes))
-                if not sched.reserve(graph):
-                    notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
-                n_splits = max(n_splits, sched.n_splits)
-            sizes = {"CUDA0": sched.buffer_size(0), "CUDA_Host": sched.buffer_size(1)}
+    with paused_recording(), rec if rec is not None else nullcontext():
+        gpu = SimCudaBackend(cuda)
+        cpu = PlanningCPUBackend()
+        max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
+        sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
+        n_splits = 0
+        for plan in plans:
+            rebuilt = _Rebuild(model, plan, placement, bufts)
+            graph = _graph_of(rebuilt)
+            rebuilt.assign_norms(sched, _n_tokens(rebuilt.nodes))
+            if not sched.reserve(graph):
+                notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
+            n_splits = max(n_splits, sched.n_splits)
+        sizes = {"CUDA0": sched.buffer_size(0), "CUDA_Host": sched.buffer_size(1)}
     return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes)
 
 
-def _graph_of(rebuilt: _Rebuild) -> Any:
-    from vizalloc.runtime.graph import Graph
-
+def _graph_of(rebuilt: _Rebuild) -> Graph:
     return Graph.of(rebuilt.nodes, rebuilt.leafs)
 
-
-@contextmanager
-def _nullcontext() -> Iterator[None]:
-    yield

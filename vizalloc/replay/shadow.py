@@ -31,8 +31,6 @@ replaying are dropped (the recorder is paused for the replay).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +38,12 @@ import numpy as np
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import UsageError, VizallocError
-from vizalloc.replay.rebuild import Rebuilt
+from vizalloc.replay.rebuild import Rebuilt, paused_recording
 from vizalloc.runtime import memory
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage, pad
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels import compute_forward
 from vizalloc.trace import events as ev
-from vizalloc.trace import recorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,20 +137,6 @@ def _json_float(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
-@contextmanager
-def _paused_recording() -> Iterator[None]:
-    """Keep the replay's own events out of any active trace."""
-    saved = recorder._recorders  # noqa: SLF001 - the replay is the runtime's one way back in
-    saved_capture = recorder._capturing  # noqa: SLF001
-    recorder._recorders = ()  # noqa: SLF001
-    recorder._capturing = False  # noqa: SLF001
-    try:
-        yield
-    finally:
-        recorder._recorders = saved  # noqa: SLF001
-        recorder._capturing = saved_capture  # noqa: SLF001
-
-
 def _closure(model: TraceModel, ids: set[int]) -> set[int]:
     out: set[int] = set()
     stack = list(ids)
@@ -243,7 +226,7 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
                      + ", ".join(f"'{model.label(t)}'" for t in missing[:8]))
     notes.append("per-node values of the traced run are not captured; they come from the recorded-placement "
                  "replay, checked against the captured results")
-    with _paused_recording():
+    with paused_recording():
         private = _run(model, comp, wanted, begin, private=True)
         aliased = _run(model, comp, wanted, begin, private=False)
     diffs = []
