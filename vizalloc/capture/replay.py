@@ -36,7 +36,7 @@ from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode
 from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator
-from vizalloc.runtime.alloc.rules import AllocatorRules, is_known, rules_for
+from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
 from vizalloc.runtime.backends.base import NOOP_OPS
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
 from vizalloc.runtime.context import Context
@@ -363,7 +363,7 @@ class Importer:
             self._by_base_dirty = False
         i = bisect_right(self._by_base, address, key=lambda x: x[0]) - 1
         if i >= 0:
-            base, rb = self._by_base[i]
+            _, rb = self._by_base[i]
             if rb.holds(address):
                 return rb
         return None
@@ -563,7 +563,7 @@ class Importer:
             if buft is None:
                 raise CaptureImportError(f"graph allocator {r.galloc:#x} names a buffer type never described")
             bufts.append(buft)
-        ga = GraphAllocator(bufts, rules=self.rules.get(r.lib, rules_for("0.21.0")))
+        ga = GraphAllocator(bufts, rules=self.rules.get(r.lib, DEFAULT))
         self.gallocs[r.galloc] = _Galloc(ga, r.lib)
 
     def _sched(self, r: rf.SchedInfo) -> None:
@@ -694,17 +694,16 @@ class Importer:
             self.loc = None  # placements between calls (weights) have no call site
 
     def _check_return(self, open_: _OpenCall, r: rf.Return) -> None:
-        call = open_
         real_ok = bool(r.result)
         if open_.error:
-            self._mismatch("result", -1, "ok" if real_ok else "failed", open_.error, call)
+            self._mismatch("result", -1, "ok" if real_ok else "failed", open_.error, open_)
         elif open_.sizes is not None:
             if tuple(open_.sizes) != tuple(r.sizes[:len(open_.sizes)]):
-                self._mismatch("buffer_size", -1, f"sizes {list(r.sizes)}", f"sizes {open_.sizes}", call)
+                self._mismatch("buffer_size", -1, f"sizes {list(r.sizes)}", f"sizes {open_.sizes}", open_)
         elif open_.result is not None and open_.result != real_ok:
-            self._mismatch("result", -1, str(real_ok), str(open_.result), call)
+            self._mismatch("result", -1, str(real_ok), str(open_.result), open_)
         for b in open_.new_chunks:
-            self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", call)
+            self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", open_)
         ga = open_.galloc.ga if open_.galloc else None
         if ga is not None and open_.sizes is None:
             real = [rb for rb in self.buffers.values() if rb.galloc == open_.call.obj]
