@@ -27,7 +27,6 @@ FORMAT_VERSION = 1
 HEADER_SIZE = 16
 #: No record is longer than the capture's 1 MiB buffer.
 MAX_RECORD = 1 << 20
-TENSOR_STRUCT_SIZE = 336
 
 
 class CaptureFormatError(TraceFormatError):
@@ -376,6 +375,13 @@ class _Pending:
                     None if node_ids is None else tuple(node_ids), None if leaf_ids is None else tuple(leaf_ids))
 
 
+def _call_kind(c: _Cursor, kind: int) -> CallKind:
+    try:
+        return CallKind(kind)
+    except ValueError:
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown call kind {kind}") from None
+
+
 def _call(c: _Cursor, pending: dict[int, _Pending]) -> Call | None:
     call, parent, kind = c.u64(), c.u64(), c.i64()
     if kind == CallKind.CONTINUATION:
@@ -388,10 +394,7 @@ def _call(c: _Cursor, pending: dict[int, _Pending]) -> Call | None:
             raise CaptureFormatError(f"capture record at byte {c.where - 8} has a bad continuation")
         items.extend(c.u64s(c.count(n, 8)) if which < 2 else c.i32s(c.count(n, 4)))
         return pending.pop(call).finish() if part.complete() else None
-    try:
-        kind_ = CallKind(kind)
-    except ValueError:
-        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown call kind {kind}") from None
+    kind_ = _call_kind(c, kind)
     lib, obj, graph, t_ns = c.i64(), c.u64(), c.u64(), c.u64()
     n_nodes, n_leafs, has_node_ids, has_leaf_ids = c.i64(), c.i64(), c.i64(), c.i64()
     site = c.text()
@@ -411,10 +414,7 @@ def _call(c: _Cursor, pending: dict[int, _Pending]) -> Call | None:
 
 def _return(c: _Cursor) -> Return:
     call, kind, result, t_ns, n = c.u64(), c.i64(), c.i64(), c.u64(), c.i64()
-    try:
-        kind_ = CallKind(kind)
-    except ValueError:
-        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown call kind {kind}") from None
+    kind_ = _call_kind(c, kind)
     if n >= 0:
         return Return(call, kind_, result, t_ns, c.u64s(c.count(n, 8)), -1, ())
     n_splits, m = c.i64(), c.i64()
