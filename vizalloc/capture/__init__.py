@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vizalloc.capture.build import CaptureError, check_platform, library_path
-from vizalloc.capture.launch import Finished, run_program
+from vizalloc.capture.launch import Finished, capture_pid, run_program
 from vizalloc.capture.rawfile import CaptureFormatError, read_records
 from vizalloc.capture.replay import CaptureImportError, ComputeBuffer, Importer, ImportResult
 
@@ -75,7 +75,7 @@ def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None,
         traces: list[tuple[Path, ImportResult]] = []
         program = os.path.basename(argv[0])
         for i, capture in enumerate(finished.captures):
-            pid = int(capture.name.split(".")[1])
+            pid = capture_pid(capture)
             if output is None:
                 path = Path(f"vizalloc-{program}.{pid}.vztrace")
             elif i == 0 and pid == finished.pid:

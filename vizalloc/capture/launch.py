@@ -91,13 +91,14 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-    captures = sorted(Path(capture_dir).glob("capture.*.vzcap"), key=lambda p: _pid_of(p) != proc.pid)
+    captures = sorted(Path(capture_dir).glob("capture.*.vzcap"), key=lambda p: capture_pid(p) != proc.pid)
     if code < 0:
         return Finished(128 - code, -code, proc.pid, captures)
     return Finished(code, None, proc.pid, captures)
 
 
-def _pid_of(path: Path) -> int:
+def capture_pid(path: Path) -> int:
+    """The process id in a capture file's name (``capture.<pid>.vzcap``), or -1."""
     try:
         return int(path.name.split(".")[1])
     except (IndexError, ValueError):
