@@ -1176,8 +1176,6 @@ VZ_LOCAL const char *const g_stop_names[] = {
     [C_SCHED_RESERVE_SIZE] = "ggml_backend_sched_reserve_size",
 };
 
-VZ_EXPORT void vizalloc_capture_finish(void);
-
 /* VIZALLOC_CAPTURE_STOP_AFTER=<function>: the process ends (exit status 0) when the first
  * outermost call of that function returns, once its record is written. For a program run
  * only to see one plan, whose start-up would go on to do expensive work (llama.cpp creates
