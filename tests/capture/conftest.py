@@ -4,6 +4,7 @@ private cache and named to every process through VIZALLOC_CAPTURE_LIB."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,13 @@ from pathlib import Path
 import pytest
 
 PROGRAMS = Path(__file__).parent / "programs"
+#: the command line, as a user runs it
+VIZALLOC = [sys.executable, "-m", "vizalloc"]
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``vizalloc ARGS`` in ``cwd``, its output captured."""
+    return subprocess.run([*VIZALLOC, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,9 +16,8 @@ import pytest
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-from tests.capture.conftest import PROGRAMS
+from tests.capture.conftest import PROGRAMS, VIZALLOC, run
 
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
 
 # ggml's allocator compiled into the program itself, as linking a static libggml does
 STATIC_GGML = r"""
@@ -30,10 +29,6 @@ int main(void) {
     return 4;
 }
 """
-
-
-def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*VIZALLOC, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def notes(trace: Path) -> list[str]:
@@ -107,7 +102,7 @@ def test_without_a_compiler_the_message_says_what_to_install(tmp_path: Path) -> 
     nothing else of vizalloc needs one."""
     env = dict(os.environ, CC=str(tmp_path / "no-such-cc"), XDG_CACHE_HOME=str(tmp_path / "cache"))
     env.pop("VIZALLOC_CAPTURE_LIB", None)
-    done = subprocess.run([sys.executable, "-m", "vizalloc", "run", "-o", "t.vztrace", "--", sys.executable, "-c",
+    done = subprocess.run([*VIZALLOC, "run", "-o", "t.vztrace", "--", sys.executable, "-c",
                            "print('ran')"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "ran" not in done.stdout  # the program is not started without its capture

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-from tests.capture.conftest import PROGRAMS
-
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
-
-
-def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*VIZALLOC, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+from tests.capture.conftest import PROGRAMS, run
 
 
 def test_traced_program_keeps_its_output_and_exit_code(tmp_path: Path) -> None:

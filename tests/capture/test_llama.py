@@ -28,7 +28,8 @@ import pytest
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
+from tests.capture.conftest import VIZALLOC
+
 DRIVER = [sys.executable, "-m", "vizalloc.capture.llama"]
 THREADS = "2"
 

@@ -29,12 +29,11 @@ import pytest
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-from tests.capture.conftest import PROGRAMS
+from tests.capture.conftest import PROGRAMS, VIZALLOC
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 #: the program's --fix -> the golden case of the same loop
 VARIANTS = {"none": "seed_A_stale", "clear": "seed_A_fix_clear", "dup": "seed_A_fix_dupgraph"}
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
 
 
 def ggml_python_prefix() -> Path:

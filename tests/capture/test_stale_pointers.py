@@ -9,9 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.capture.conftest import PROGRAMS
-
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
+from tests.capture.conftest import PROGRAMS, VIZALLOC
 
 
 def test_a_changed_tensor_with_a_freed_buffer_is_recorded_without_touching_the_buffer(tmp_path: Path) -> None:

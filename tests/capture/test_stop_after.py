@@ -11,9 +11,7 @@ from pathlib import Path
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-from tests.capture.conftest import PROGRAMS
-
-VIZALLOC = [sys.executable, "-m", "vizalloc"]
+from tests.capture.conftest import PROGRAMS, VIZALLOC
 
 
 def _run(tmp_path: Path, stop: str | None) -> subprocess.CompletedProcess[str]:
