@@ -24,6 +24,7 @@ Tensor sizes use the tensor type ids of the ``gguf`` package (an optional depend
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -249,16 +250,13 @@ def _parse(data: memoryview, name: str, size: int) -> GGUFHeader:
             if type_id not in sizes:
                 raise GGUFError(f"{name}: tensor {tname!r} has type id {type_id}, which this vizalloc does not know")
             tlabel, blck, tsize = sizes[type_id]
-            n_el = 1
-            for d in ne:
-                n_el *= d
             if ne and ne[0] % blck:
                 raise GGUFError(f"{name}: tensor {tname!r} of type {tlabel} has {ne[0]} columns, not a multiple of "
                                 f"its block of {blck}")
             if offset % align:
                 raise GGUFError(f"{name}: tensor {tname!r} starts at data offset {offset}, not a multiple of the "
                                 f"alignment {align}")
-            header.tensors.append(TensorInfo(tname, ne, type_id, tlabel, offset, n_el // blck * tsize))
+            header.tensors.append(TensorInfo(tname, ne, type_id, tlabel, offset, math.prod(ne) // blck * tsize))
         header.header_end = cur.pos
         header.data_offset = (cur.pos + align - 1) // align * align
         return header
