@@ -417,7 +417,11 @@ class RepeatedOrder(TensorOrder):
         return self._state_codes
 
     def lower_names(self) -> np.ndarray:
-        return TensorOrder(self.rrows.protos).lower_names()
+        # the prototypes' names only (``name_mask`` spreads the match over the rows); made
+        # once, by ``warm``, not again at every filter
+        if self._lower is None:
+            self._lower = TensorOrder(self.rrows.protos).lower_names()
+        return self._lower
 
     def name_mask(self, needle: str) -> np.ndarray:
         protos = _find(self.lower_names(), needle.lower()) >= 0
