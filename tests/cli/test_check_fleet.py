@@ -73,3 +73,18 @@ def test_usage_errors(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["check", str(tmp_path), str(fleet)]) == 2
     assert "is a directory, not a trace file, and holds no .vztrace file" in capsys.readouterr().err
     assert main(["check", str(fleet), "-j", "-1"]) == 2
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_cut_traces_warning_reaches_stderr(fleet: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             jobs: str) -> None:
+    # what a check says on stderr in its worker (here: where the trace is cut) is printed by the parent
+    data = (fleet / "b-stale.vztrace").read_bytes()
+    cut = tmp_path / "cut.vztrace"
+    cut.write_bytes(data[:-3])  # the end record torn: every frame before it is complete
+    code = main(["check", str(fleet / "a-clean.vztrace"), str(cut), "-j", jobs])
+    captured = capsys.readouterr()
+    assert code == 1  # the stale hazards are in the frames read
+    assert f"vizalloc check: warning: {cut}: trace cut at byte " in captured.err
+    assert "TraceTruncatedWarning" not in captured.err
+    assert f"== {cut}" in captured.out

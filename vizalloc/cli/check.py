@@ -164,11 +164,27 @@ def analyse_file(path: str, label: str = "", command: str = "check") -> tuple[An
     return model, hazards, reader.header
 
 
+def model_and_hazards(path: str, shadow: bool) -> tuple[Any, list[Any]]:
+    """A trace's model and hazards: with ``shadow`` the whole trace is read (shadow execution
+    replays computes: it needs the events), else it is analysed as a stream."""
+    if shadow:
+        model = load_model(path)
+        return model, analyse(model)
+    model, hazards, _ = analyse_file(path)
+    return model, hazards
+
+
 def analyse(model: Any, label: str = "") -> list[Any]:
     from vizalloc.analysis.hazards import find_hazards
 
     with progress_bar(f"hazards {label}") as progress:
         return find_hazards(model, progress=progress)
+
+
+def report_order(hazards: list[Any]) -> list[Any]:
+    """Hazards in the order their reports are printed: errors first, then warnings
+    (re-plans); each group in the analysis' order."""
+    return [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
 
 
 def counts(hazards: list[Any]) -> dict[str, int]:
@@ -183,7 +199,6 @@ def counts(hazards: list[Any]) -> dict[str, int]:
 def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
     """Shadow execution of the computes named by access hazards (those with captured values)."""
     from vizalloc.analysis.hazards import HazardKind
-    from vizalloc.errors import UsageError as _UsageError
     from vizalloc.replay.shadow import shadow_compute
 
     kinds = {HazardKind.USE_AFTER_REUSE, HazardKind.UNINITIALIZED_READ, HazardKind.CLOBBERED_OUTPUT}
@@ -195,7 +210,7 @@ def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
             continue
         try:
             out.append(shadow_compute(model, cid))
-        except _UsageError:
+        except UsageError:
             continue
     return out
 
@@ -215,11 +230,7 @@ def execute(args: argparse.Namespace) -> int:
     # while the report is made (and the shadows run), frozen out of the collector's sight;
     # the block's end unfreezes it, so a caller in the same process gets the collector as it was.
     with gc_paused() as pause:
-        if args.shadow:  # shadow execution replays computes: it needs the events
-            model = load_model(args.trace)
-            hazards = analyse(model)
-        else:
-            model, hazards, _ = analyse_file(args.trace)
+        model, hazards = model_and_hazards(args.trace, args.shadow)
         pause.freeze()
         return _report(args, model, hazards, fail_on)
 
@@ -244,9 +255,7 @@ def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: s
 
         # names, source paths and causes in a report come from the traced program
         out = sys.stdout
-        # errors first, then warnings (re-plans); each group in the analysis' order
-        shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
-        for h in shown[:args.max_reports]:
+        for h in report_order(hazards)[:args.max_reports]:
             out.write(inert_lines(h.report()) + "\n\n")
         if len(hazards) > args.max_reports:
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")

@@ -51,8 +51,6 @@ from typing import Any
 
 from vizalloc.errors import UsageError
 
-HELP = "why a compute buffer is as big as it is: what is live at its peak (a trace, or a GGUF model via llama.cpp)"
-
 #: rows of groups shown per buffer (the rest are summed into one row)
 DEFAULT_TOP = 10
 SWEEP_KEYS = {"ctx": "n_ctx", "ubatch": "n_ubatch", "batch": "n_batch", "fa": "flash_attn"}

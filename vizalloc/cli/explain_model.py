@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,8 @@ def _check_settings(setting: dict[str, Any]) -> None:
 def run_setting(model_path: str, setting: dict[str, Any], workdir: str, *, no_alloc: bool, threads: int,
                 keep_trace: str | None, force: bool, display: str = "", device: str = "cpu",
                 n_layer: int = 0, n_gpu_layers: int | None = None) -> ModelRun:
-    """Create llama.cpp's context for one setting under the capture and explain the trace."""
+    """Create llama.cpp's context for one setting (checked by ``execute_model``, with every
+    other setting, before the first run) under the capture and explain the trace."""
     import json
 
     from vizalloc.analysis.explain import explain
@@ -103,7 +104,6 @@ def run_setting(model_path: str, setting: dict[str, Any], workdir: str, *, no_al
     from vizalloc.capture import trace_program
     from vizalloc.trace.api import load
 
-    _check_settings(setting)
     trace_path = keep_trace or os.path.join(workdir, "llama.vztrace")
     out_path, err_path = os.path.join(workdir, "driver.out"), os.path.join(workdir, "driver.err")
     argv = driver_argv(model_path, setting, no_alloc=no_alloc, threads=threads)
@@ -217,7 +217,7 @@ def _explain_failed(trace_file: str, nbytes: int, hints: dict[str, int], importe
 
 def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     from vizalloc.capture.gguf_header import check_complete, read_header, write_metadata_only
-    from vizalloc.cli.explain import emit, print_tables, write_output
+    from vizalloc.cli.explain import emit
 
     if args.n_gpu_layers is not None and args.device != "cuda":
         raise UsageError("--n-gpu-layers applies to --device cuda")

@@ -17,19 +17,19 @@ CI job wants one verdict; the Parquet export stays the way to query events acros
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
 
+from vizalloc.cli import INTERNAL_ERROR
 from vizalloc.errors import UsageError
-
-#: the exit code of a check that hit a bug (as ``vizalloc.cli`` exits for one)
-INTERNAL_ERROR = 3
 
 
 def expand(paths: Sequence[str]) -> list[str]:
@@ -55,76 +55,39 @@ def check_one(path: str, fail_on: list[str], max_reports: int, shadow: bool) -> 
     import warnings
 
     from vizalloc.analysis.hazards import HazardKind
-    from vizalloc.cli.check import analyse, analyse_file, counts, load_model, shadow_results
+    from vizalloc.cli.check import counts, model_and_hazards, report_order, shadow_results
     from vizalloc.errors import VizallocError
 
     kinds = {HazardKind(k) for k in fail_on}
     out: dict[str, Any] = {"trace": path, "error": None, "stderr": ""}
-    err = _Capture()
+    err = io.StringIO()  # what the check says on stderr (warnings about cut traces), passed to the parent
     try:
-        with warnings.catch_warnings(), _stderr_to(err):
+        with warnings.catch_warnings(), redirect_stderr(err):
             warnings.simplefilter("ignore")
-            if shadow:
-                model = load_model(path)
-                hazards = analyse(model)
-            else:
-                model, hazards, _ = analyse_file(path)
+            model, hazards = model_and_hazards(path, shadow)
             shadows = shadow_results(model, hazards) if shadow else []
     except VizallocError as exc:
-        out.update(error=f"vizalloc check: error: {exc}", exit=exc.exit_code, stderr=err.text)
+        out.update(error=f"vizalloc check: error: {exc}", exit=exc.exit_code, stderr=err.getvalue())
         return out
     except MemoryError:
         out.update(error="vizalloc check: error: out of memory checking this trace (run fewer checks at once: -j)",
-                   exit=2, stderr=err.text)
+                   exit=2, stderr=err.getvalue())
         return out
     except Exception:  # noqa: BLE001 - a bug: said as one, never as findings
         out.update(error=f"vizalloc check: internal error: this is a bug in vizalloc, please report it\n"
-                         f"{traceback.format_exc()}", exit=INTERNAL_ERROR, stderr=err.text)
+                         f"{traceback.format_exc()}", exit=INTERNAL_ERROR, stderr=err.getvalue())
         return out
     from vizalloc.text import inert_lines
 
     failing = [h for h in hazards if h.kind in kinds]
-    shown = [h for h in hazards if h.kind.value != "replan"] + [h for h in hazards if h.kind.value == "replan"]
     # names, source paths and causes in a report come from the traced program
     out.update(
         events=model.n_events, counts=counts(hazards), failed=bool(failing), exit=1 if failing else 0,
-        hazards=[h.to_dict() for h in hazards], reports=[inert_lines(h.report()) for h in shown[:max_reports]],
+        hazards=[h.to_dict() for h in hazards],
+        reports=[inert_lines(h.report()) for h in report_order(hazards)[:max_reports]],
         n_hazards=len(hazards), shadow=[r.to_dict() for r in shadows],
-        shadow_text=[inert_lines(r.summary()) for r in shadows], stderr=err.text)
+        shadow_text=[inert_lines(r.summary()) for r in shadows], stderr=err.getvalue())
     return out
-
-
-class _Capture:
-    """What a worker's check said on stderr (warnings about cut traces), passed to the parent."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.parts.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-class _stderr_to:
-    def __init__(self, target: _Capture) -> None:
-        self.target = target
-
-    def __enter__(self) -> None:
-        self.saved = sys.stderr
-        sys.stderr = self.target
-
-    def __exit__(self, *exc: object) -> None:
-        sys.stderr = self.saved
 
 
 def results(paths: Sequence[str], jobs: int, fail_on: list[str], max_reports: int,

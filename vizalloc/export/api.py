@@ -99,19 +99,18 @@ def export_texts(trace: Any, fmt: Format | str, options: Options | None = None) 
     fmt = Format(fmt)
     opts = options or Options()
     a = Analysed.of(trace)
-    prefer = bindings_with(a.model, [f for f in a.findings if f.tensor_id >= 0])
     if fmt in (Format.DOT, Format.SVG):
         text = graph_dot(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, highlights=a.findings,
                          fold=opts.fold, max_nodes=opts.max_nodes)
         return {"": svg_text(text) if fmt is Format.SVG else text}
     if fmt is Format.LAYOUT:
         return {"": layout_svg(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id,
-                               highlights=a.findings, prefer_bindings=prefer)}
+                               highlights=a.findings, prefer_bindings=_preferred(a, fmt))}
     if fmt is Format.PERFETTO:
         return {"": perfetto_json(a.model, a.findings)}
     if fmt is Format.JSON:
         return {"": report_json(a.model, a.hazards, header=opts.header or a.header)}
-    sel = select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=prefer)
+    sel = select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=_preferred(a, fmt))
     if sel.plan_id < 0:
         from vizalloc.errors import UsageError
 
@@ -131,11 +130,15 @@ def chosen(trace: Any, fmt: Format | str, options: Options | None = None) -> Any
         return None
     opts = options or Options()
     a = Analysed.of(trace)
-    if fmt in (Format.DOT, Format.SVG):
-        prefer = bindings_with(a.model, a.findings)
-    else:
-        prefer = bindings_with(a.model, [f for f in a.findings if f.tensor_id >= 0])
-    return select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=prefer)
+    return select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=_preferred(a, fmt))
+
+
+def _preferred(a: Analysed, fmt: Format) -> list[int]:
+    """The bindings a diagram of ``fmt`` draws first when none is asked for: those with a
+    finding (``graph_dot`` takes every finding; the layout and MiniMalloc only findings
+    about a tensor). Worked out only for the format that draws one."""
+    findings = a.findings if fmt in (Format.DOT, Format.SVG) else [f for f in a.findings if f.tensor_id >= 0]
+    return bindings_with(a.model, findings)
 
 
 def export_text(trace: Any, fmt: Format | str, options: Options | None = None) -> str:

@@ -39,7 +39,7 @@ from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
 from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
-from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape, trimmed_shape
+from vizalloc.export.units import buffer_title, fmt_bytes, fmt_range, fmt_shape, step_label, trimmed_shape
 from vizalloc.trace.events import enum_text
 
 PANEL_WIDTH = 1000
@@ -154,10 +154,6 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
 
 def _num(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
-
-
-def _step_name(step: int, n: int) -> str:
-    return "in" if step < 0 else ("out" if step >= n else str(step))
 
 
 def _offset_label(offset: int, scale_top: int) -> str:
@@ -293,7 +289,7 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
         w("</text>\n")
         parts = [f"peak (highest byte used) {fmt_bytes(fig.highest)}"]
         if fig.max_live_step >= -1:
-            parts.append(f"max live {fmt_bytes(fig.max_live)} at step {_step_name(fig.max_live_step, n)} "
+            parts.append(f"max live {fmt_bytes(fig.max_live)} at step {step_label(fig.max_live_step, n)} "
                          "(yellow band)")
         if fig.lower_bound is not None:
             parts.append(f"lower bound of plan #{sel.plan_id} here {fmt_bytes(fig.lower_bound)} (green)")
@@ -312,12 +308,12 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
               f'{_offset_label(off, scale_top)}</text>\n')
         for s in step_labels(n, step_w):
             w(f'<text class="step" x="{_num(x_of(s) + step_w / 2)}" y="{_num(bottom + 14)}" text-anchor="middle" '
-              f'fill="#555">{_step_name(s, n)}</text>')
+              f'fill="#555">{step_label(s, n)}</text>')
         w("\n")
         # the step where the most bytes are live (behind the blocks, named below the axis)
         if fig.max_live_step >= -1:
             xb = x_of(fig.max_live_step)
-            tip = f"max live: {fmt_bytes(fig.max_live)} held at step {_step_name(fig.max_live_step, n)}"
+            tip = f"max live: {fmt_bytes(fig.max_live)} held at step {step_label(fig.max_live_step, n)}"
             w(f'<rect class="max-live" x="{_num(xb)}" y="{_num(top)}" width="{_num(step_w)}" '
               f'height="{PANEL_HEIGHT}" fill="{BAND}" opacity="0.5"><title>{xml_escape(tip)}</title></rect>'
               f'<text x="{_num(min(max(xb + step_w / 2, MARGIN_LEFT + 50), MARGIN_LEFT + plot_w + 40))}" '
@@ -332,7 +328,7 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
             stroke = f'stroke="{STALE_STROKE}" stroke-dasharray="4,2"' if b.stale else 'stroke="#333"'
             tip_lines = [f"{b.name} (tensor #{b.tensor_id})", f"{b.op} {b.dtype} {fmt_shape(b.shape)}",
                          f"bytes {fmt_range(b.offset, b.end)} ({fmt_bytes(b.nbytes)})",
-                         f"live over steps {_step_name(b.first, n)}..{_step_name(b.last, n)}",
+                         f"live over steps {step_label(b.first, n)}..{step_label(b.last, n)}",
                          f"placed by {b.placed_by}" + (f" in binding #{b.binding_id}" if b.binding_id >= 0 else "")]
             if b.stale:
                 tip_lines.append(b.stale.upper())

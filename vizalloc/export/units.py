@@ -4,6 +4,8 @@
     ('48 B', '1.5 KiB', '3.0 MiB')
     >>> fmt_range(0, 256)
     '[0, 256)'
+    >>> step_label(-1, 4), step_label(2, 4), step_label(4, 4)
+    ('in', '2', 'out')
     >>> fmt_shape(trimmed_shape((16, 8, 1, 1)))
     '[16, 8]'
     >>> buffer_title(2, "CPU", "CPU", "compute", 4768)
@@ -30,6 +32,12 @@ def fmt_bytes(nbytes: int) -> str:
 def fmt_range(offset: int, end: int) -> str:
     """A half-open byte range."""
     return f"[{offset}, {end})"
+
+
+def step_label(step: int, n_steps: int) -> str:
+    """A step of a graph of ``n_steps`` nodes as the memory pictures name it: ``in`` before the
+    first node (leafs, inputs, weights), ``out`` after the last (kept to the end), else its index."""
+    return "in" if step < 0 else ("out" if step >= n_steps else str(step))
 
 
 def fmt_shape(shape: Sequence[int]) -> str:

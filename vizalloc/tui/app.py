@@ -163,13 +163,8 @@ class VizallocApp(App[None]):
             header = None
             if isinstance(src, (str, os.PathLike)) and os.path.getsize(src) > STREAM_BYTES:
                 # too big to hold as events: analysed as a stream, the timeline growing as it reads
-                def read(done: int, total: int) -> None:
-                    self.post_message(LoadProgress("read", done, total))
-
-                def phase(name: str, done: int, total: int) -> None:
-                    self.post_message(LoadProgress(name, done, total))
-
-                analysis = analyse_streamed(src, self.scan, read, on_cut=self._cut_short, progress=phase)
+                analysis = analyse_streamed(src, self.scan, lambda d, t: self._progress("read", d, t),
+                                            on_cut=self._cut_short, progress=self._progress)
                 count_hazards(self.scan.steps, analysis.hazards)
                 self.post_message(TraceAnalysed(analysis))
                 return

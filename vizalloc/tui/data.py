@@ -150,7 +150,6 @@ class Analysis:
         return got
 
 
-
 def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, int]:
     """The trace file opened for reading, and its size in bytes (to show progress)."""
     from vizalloc.errors import UsageError
@@ -180,6 +179,7 @@ def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> N
         on_cut(str(cut))
     else:
         reader.warn_if_incomplete(stacklevel=4)  # here, _say_cut, the reading function, its caller
+
 
 def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
                 batch_events: int = 1 << 16, on_cut: Callable[[str], None] | None = None

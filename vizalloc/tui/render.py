@@ -23,7 +23,7 @@ from typing import Any
 from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 
-from vizalloc.export.units import fmt_bytes
+from vizalloc.export.units import fmt_bytes, step_label
 from vizalloc.tui.inert import inert
 from vizalloc.tui.mapdata import Block, Panel
 
@@ -123,10 +123,6 @@ def fit_step_width(n_steps: int, cols: int) -> MapGeometry:
     while math.ceil(positions / spc) > cols:
         spc *= 2
     return MapGeometry(n_steps, 1, steps_per_col=spc)
-
-
-def step_label(step: int, n_steps: int) -> str:
-    return "in" if step < 0 else ("out" if step >= n_steps else str(step))
 
 
 def header_row(geom: MapGeometry, col0: int, ncols: int) -> str:

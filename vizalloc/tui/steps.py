@@ -129,7 +129,6 @@ class Prescan:
         self.n_events += len(events)
         return len(steps)
 
-
     def feed_run(self, run: Any, k: int, count: int) -> int:
         """Steps ``k .. k + count - 1`` of a run of repeated steps (``vizalloc.analysis.runs.Run``)
         the stream analysis counted without analysing: their bindings and computes, as ``feed``
@@ -144,7 +143,7 @@ class Prescan:
             for _, what, x0 in moments:
                 if what == "binding":
                     b = run.binding(x0, j)
-                    n = graph_nodes.get(run.template.bindings[x0].graph_id, self.graph_nodes.get(b.graph_id, 0))
+                    n = graph_nodes.get(tp.bindings[x0].graph_id, self.graph_nodes.get(b.graph_id, 0))
                     s = Step(b.begin_seq, StepKind.BINDING, b.binding_id, b.graph_id, n, b.galloc_id, b.plan_id,
                              b.binding_id, self._plan_sizes.get(b.plan_id, ()), f"plan #{b.plan_id}", loc=b.loc)
                     self._last_binding = b.binding_id

@@ -94,10 +94,15 @@ def stale_tensors(model: TraceModel) -> set[int]:
     return out
 
 
+def inplace_tensors(model: TraceModel) -> set[int]:
+    """Tensors a plan let take over a parent's bytes in place."""
+    return {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
+
+
 def build_tensor_rows(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> TensorRows:
     """One row per tensor of the model (see the module docstring for the columns)."""
     stale = stale_tensors(model)
-    inplace = {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
+    inplace = inplace_tensors(model)
     rows = TensorRows()
     total = len(model.tensors)
     tensors = model.tensors
@@ -240,7 +245,7 @@ class RepeatedRows:
 def build_repeated_rows(model: TraceModel, runs: Sequence[Any]) -> RepeatedRows:
     """The rows of a streamed model (see :class:`RepeatedRows`); ``runs`` its ``runs.Run`` list."""
     stale = stale_tensors(model)
-    inplace = {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
+    inplace = inplace_tensors(model)
     tensors = model.tensors
     live = getattr(tensors, "live", tensors)
     protos = TensorRows()
@@ -417,7 +422,11 @@ class RepeatedOrder(TensorOrder):
         return self._state_codes
 
     def lower_names(self) -> np.ndarray:
-        return TensorOrder(self.rrows.protos).lower_names()
+        # the prototypes' names only (``name_mask`` spreads the match over the rows); made
+        # once, by ``warm``, not again at every filter
+        if self._lower is None:
+            self._lower = TensorOrder(self.rrows.protos).lower_names()
+        return self._lower
 
     def name_mask(self, needle: str) -> np.ndarray:
         protos = _find(self.lower_names(), needle.lower()) >= 0

@@ -14,11 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.widget import Widget
 from textual.widgets import Static
 
-from vizalloc.export.units import fmt_bytes
+from vizalloc.export.units import fmt_bytes, step_label
 from vizalloc.tui.inert import inert
 from vizalloc.tui.mapdata import BindingMap, Block, Panel, default_panel
 from vizalloc.tui.render import (
-    COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block, step_label,
+    COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block,
 )
 from vizalloc.tui.screens.base import PaneScreen, set_static
 from vizalloc.tui.widgets.memory_map import MemoryMap
