@@ -35,6 +35,18 @@ def notes(trace: Path) -> list[str]:
     return [e.note for e in load(trace).events if isinstance(e, ev.ProcessCaptured)]
 
 
+@pytest.mark.parametrize("at", [(1 << 22) - 5, (1 << 22) - 13, 1 << 22, 100])
+def test_ggml_s_name_is_found_wherever_it_lies_in_the_file(tmp_path: Path, at: int) -> None:
+    # the file is read 4 MiB at a time: a name across that boundary is found too
+    from vizalloc.capture import static_ggml
+
+    program = tmp_path / "prog"
+    program.write_bytes(b"\0" * at + b"ggml_gallocr_alloc_graph" + b"\0" * 64)
+    assert static_ggml(str(program))
+    program.write_bytes(b"\0" * at + b"ggml_galloc_" + b"\0" * 64)
+    assert not static_ggml(str(program))
+
+
 def test_a_statically_linked_ggml_is_named(tmp_path: Path) -> None:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     assert cc, "no C compiler (cc) on PATH: install gcc or set CC"

@@ -94,11 +94,16 @@ def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None,
 def static_ggml(program: str) -> bool:
     """Whether ``program``'s file carries ggml's allocator (linked in statically, so its calls
     cannot be interposed): its symbol or string tables name ``ggml_gallocr_``."""
+    names = (b"ggml_gallocr_", b"ggml_backend_sched_")
+    keep = max(map(len, names)) - 1  # a name may straddle two reads: each read is searched with the last one's tail
+    tail = b""
     try:
         with open(program, "rb") as f:
             while chunk := f.read(1 << 22):
-                if b"ggml_gallocr_" in chunk or b"ggml_backend_sched_" in chunk:
+                window = tail + chunk
+                if any(name in window for name in names):
                     return True
+                tail = window[-keep:]
     except OSError:
         return False
     return False
