@@ -39,7 +39,15 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
 from vizalloc.analysis.bytemap import ByteMap
-from vizalloc.analysis.hazards import NEXT_STEP, Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import (
+    NEXT_STEP,
+    Collector,
+    Hazard,
+    HazardKind,
+    merge_ranges,
+    qlabel,
+    tensor_ref,
+)
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import Placement, TensorInfo
 from vizalloc.trace import events as ev
@@ -329,7 +337,7 @@ def _report_access(st: AccessScan, col: Collector, kind: HazardKind, t: int, p: 
     key = (kind, t, writer, p.buffer_id)
     if col.bump(key, e.seq, step):
         return
-    merged = _merge([(r[0], r[1]) for r in ranges])
+    merged = merge_ranges([(r[0], r[1]) for r in ranges])
     last = max(ranges, key=lambda r: r[2])
     wseq, wevent = last[2], last[3]
     # what the pass knows now, not when the report is made
@@ -380,14 +388,3 @@ def _dangling(st: AccessScan, col: Collector, t: int, p: Placement, e: ev.Event,
                              "into it", compute_id=max(step, -1), node_index=index)
 
     col.add(key, make, step, e.seq)
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(ranges):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-

@@ -25,6 +25,7 @@ from vizalloc.analysis.hazards import (
     Hazard,
     HazardKind,
     TensorRef,
+    merge_ranges,
     qlabel,
     tensor_ref,
 )
@@ -380,7 +381,7 @@ def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> No
             return Hazard(
                 HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
                                                                                           covered[0][1]),
-                p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
+                p.buffer_id, tuple(merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
                 access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
                        f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
                        f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
@@ -407,16 +408,6 @@ def _covered(model: TraceModel, b: BindingInfo, p: Placement, start: int, seq: i
         if q is not None and q.buffer_id == p.buffer_id and q.offset < p.end and start < q.end and q.nbytes > 0:
             out.append((r, q))
     out.sort(key=lambda x: (x[1].offset, x[0]))
-    return out
-
-
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, z in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], z))
-        else:
-            out.append((a, z))
     return out
 
 
