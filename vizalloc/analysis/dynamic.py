@@ -49,11 +49,10 @@ from vizalloc.analysis.hazards import (
     tensor_ref,
 )
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import Placement, TensorInfo
+from vizalloc.analysis.records import FLAG_INPUT, Placement, TensorInfo
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
-INPUT_FLAG = 1  # ggml's GGML_TENSOR_FLAG_INPUT
 
 
 class AccessScan:
@@ -305,7 +304,7 @@ def _check_read(st: AccessScan, col: Collector, t: int, p: Placement, k: int, e:
         lw = None  # written only under an earlier placement: not since this one
     if st.unseen_input_writes:
         info = st.tensors.get(t)
-        if info is not None and info.flags & INPUT_FLAG:
+        if info is not None and info.flags & FLAG_INPUT:
             return  # the program may have written these bytes unseen: nothing can be judged
     pool = p.pool
     found: dict[tuple[HazardKind, int], list[tuple[int, int, int, ev.Event | None]]] = {}
