@@ -270,9 +270,6 @@ class Collector:
     #: keys with an occurrence waiting for its step (``NEXT_STEP``) -> whether it is the first
     waiting: dict[tuple[Any, ...], bool] = field(default_factory=dict)
 
-    def seen(self, key: tuple[Any, ...]) -> bool:
-        return key in self.found
-
     def bump(self, key: tuple[Any, ...], seq: int, step: int) -> bool:
         """Count another occurrence; False when the key is new (the caller must ``add``)."""
         entry = self.found.get(key)
