@@ -49,7 +49,7 @@ from vizalloc.analysis.hazards import (
     tensor_ref,
 )
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import FLAG_INPUT, Placement, TensorInfo
+from vizalloc.analysis.records import FLAG_INPUT, Placement, TensorInfo, cpy_destination
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
@@ -221,10 +221,8 @@ class AccessScan:
 
 
 def cpy_destinations(tensors: Iterable[TensorInfo]) -> dict[int, int]:
-    """``CPY`` node -> the source that is its destination: ``ggml_cpy(a, b)`` lists ``b``
-    (whose bytes the result views) as its second source; a cast lists itself."""
-    return {info.tensor_id: (info.srcs[1] if len(info.srcs) > 1 else info.tensor_id)
-            for info in tensors if info.op == "CPY"}
+    """``CPY`` node -> the source that is its destination (``records.cpy_destination``)."""
+    return {info.tensor_id: cpy_destination(info.tensor_id, info.srcs) for info in tensors if info.op == "CPY"}
 
 
 def scan_accesses(model: TraceModel, col: Collector, *,
