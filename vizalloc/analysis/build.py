@@ -19,7 +19,7 @@ from typing import Any
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import (
-    NEVER, TYPE_SIZES, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
+    NEVER, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
     TensorInfo, cpy_destination,
 )
 from vizalloc.trace import events as ev
