@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.records import (
     NEVER,
     BindingInfo,
@@ -202,12 +203,15 @@ class Run:
                            [self.placement_no(j, k) for j in b.placements])
 
     def compute(self, c0: int, k: int) -> ComputeInfo:
-        c = self.template.computes[c0]
-        order = self._compute_order[c0]
         per = len(self.template.computes)
+        return self._moved_compute(c0, k, int(self.wall_ns[(k - self.first_k) * per + self._compute_order[c0]]))
+
+    def _moved_compute(self, c0: int, k: int, wall_ns: int = 0) -> ComputeInfo:
+        """Template compute ``c0`` moved ``k`` steps, its time ``wall_ns`` (a skipped step's own, or 0)."""
+        c = self.template.computes[c0]
         return ComputeInfo(self.id("compute", c.compute_id, k), self.id("graph", c.graph_id, k), c.backend,
                            c.n_nodes, self.seq(c.begin_seq, k), c.loc, self._snapshot(c.graph, k),
-                           self.seq(c.end_seq, k), int(self.wall_ns[(k - self.first_k) * per + order]), c.nodes)
+                           self.seq(c.end_seq, k), wall_ns, c.nodes)
 
     def record(self, kind: str, value: int) -> Any:
         """The record of a skipped step's object (None when ``value`` is not one)."""
@@ -262,17 +266,11 @@ def continues(run: Run, template: Template, shift: Shift, seq_move: int, placeme
             return None
     for c0 in old.computes:
         c = template.computes.get(fresh.id("compute", c0, j))
-        if c is None or replace(c, wall_ns=0) != replace(_moved_compute(fresh, c0, j), wall_ns=0):
+        if c is None or replace(c, wall_ns=0) != fresh._moved_compute(c0, j):
             return None
     if template.by_buffer != old.by_buffer or template.by_galloc != old.by_galloc:
         return None
     return j
-
-
-def _moved_compute(run: Run, c0: int, k: int) -> ComputeInfo:
-    c = run.template.computes[c0]
-    return ComputeInfo(run.id("compute", c.compute_id, k), run.id("graph", c.graph_id, k), c.backend, c.n_nodes,
-                       run.seq(c.begin_seq, k), c.loc, run._snapshot(c.graph, k), run.seq(c.end_seq, k), 0, c.nodes)
 
 
 class RunTable:
@@ -425,8 +423,6 @@ def materialize(table: RunTable, kind: str, value: int, model: Any, builder: Any
             p = model.placements[run.placement_no(cur, k)]
             scan.cur[value] = p
             if fast:
-                from vizalloc.analysis.bytemap import ByteMap
-
                 pm = scan.maps.get(p.buffer_id)
                 if pm is None:
                     pm = scan.maps[p.buffer_id] = ByteMap()
