@@ -91,6 +91,11 @@ class Run:
     #: the observed step read what the step before it wrote (``stream._independent``)
     relative: bool = False
 
+    def moves_like(self, shift: Shift) -> bool:
+        """Whether steps moved by ``shift`` move as this run's do (same amounts per id kind and seq)."""
+        return (shift.seq == self.seq_move and shift.ids.keys() == self.shift.ids.keys()
+                and all(shift.ids[k][1] == self.shift.ids[k][1] for k in shift.ids))
+
     # -- ids ------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         tp = self.template
@@ -226,15 +231,13 @@ class Run:
                 "compute": self.compute}[kind](t0, k)
 
 
-def continues(run: Run, template: Template, shift: Shift, seq_move: int, placement_move: int,
-              first_seq: int) -> int | None:
+def continues(run: Run, template: Template, shift: Shift, placement_move: int, first_seq: int) -> int | None:
     """How many steps after ``run``'s template a new template is, when it is that template moved
     that many steps (same step, same moves, every record alike): the new run can share it."""
     old = run.template
-    if (shift.ids.keys() != run.shift.ids.keys() or any(shift.ids[k][1] != run.shift.ids[k][1] for k in shift.ids)
-            or seq_move != run.seq_move or placement_move != run.placement_move or seq_move <= 0):
+    if not run.moves_like(shift) or placement_move != run.placement_move or shift.seq <= 0:
         return None
-    j, rest = divmod(first_seq - run.first_seq, seq_move)
+    j, rest = divmod(first_seq - run.first_seq, shift.seq)
     if rest or j <= 0 or len(template.tensors) != len(old.tensors) or len(template.placements) != len(
             old.placements) or len(template.graphs) != len(old.graphs) or len(template.bindings) != len(
             old.bindings) or len(template.computes) != len(old.computes):
