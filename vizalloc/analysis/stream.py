@@ -273,8 +273,7 @@ class StreamAnalysis:
         obs = Observation()
         obs.seqs = (batch.seq_at(lo), batch.seq_at(hi - 1))
         b, m, s = self.builder, self.model, self.scan
-        for name in ("open_sched",):
-            obs.log.append(("builder", name, getattr(b, name)))
+        obs.log.append(("builder", "open_sched", b.open_sched))
         obs.log.append(("builder", "open_plan", None if b.open_plan is None else b.open_plan.plan_id))
         obs.log.append(("builder", "open_compute", None if b.open_compute is None else b.open_compute.compute_id))
         saved_model = {n: getattr(m, n) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
