@@ -14,7 +14,7 @@ node lists of computes; everything else is the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from vizalloc.analysis.model import TraceModel
@@ -53,7 +53,7 @@ class Builder:
         #: changed, as they happen (``stream.StreamAnalysis``: the hazard checks)
         self.hooks: Any = None
         #: tensors whose name, flags, sources or re-creation the hooks must hear of (``hooks.changed``)
-        self.watch: set[int] = set()
+        self.watch: Collection[int] = ()
         #: the stream analysis' skipped steps (``runs.RunTable``): their placements go stale too
         self.runs: Any = None
         self.current: dict[int, int] = {}          # tensor -> current placement index

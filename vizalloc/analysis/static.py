@@ -201,30 +201,27 @@ def _signatures(model: TraceModel, pos: dict[int, int], ts: list[int]) -> tuple[
 class _Signatures:
     """Signatures of graphs, cached per plan (plan graphs are compared again and again).
 
-    ``watch`` collects the tensors the cached signatures were made of; while streaming, a
-    change to one of them (``forget``) drops the signatures made of it.
+    ``watch`` maps each tensor the cached signatures were made of to their plans; while
+    streaming, a change to one of them (``forget``) drops the signatures made of it.
     """
 
     def __init__(self, model: TraceModel) -> None:
         self.model = model
         self.by_plan: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
-        self.watch: set[int] = set()
-        self._plans_of: dict[int, list[int]] = {}
+        self.watch: dict[int, list[int]] = {}
 
     def of_plan(self, plan_id: int, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         sig = self.by_plan.get(plan_id)
         if sig is None:
             sig = self.by_plan[plan_id] = graph_signature(self.model, graph)
             for t in (*graph.nodes, *graph.leafs):
-                self.watch.add(t)
-                self._plans_of.setdefault(t, []).append(plan_id)
+                self.watch.setdefault(t, []).append(plan_id)
         return sig
 
     def forget(self, tensor_id: int) -> None:
         """A tensor changed: the signatures made of it are made again when next asked for."""
-        for plan_id in self._plans_of.pop(tensor_id, ()):
+        for plan_id in self.watch.pop(tensor_id, ()):
             self.by_plan.pop(plan_id, None)
-        self.watch.discard(tensor_id)
 
 
 class BindingChecks:
