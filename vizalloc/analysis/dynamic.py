@@ -228,8 +228,6 @@ def cpy_destinations(tensors: Iterable[TensorInfo]) -> dict[int, int]:
 def scan_accesses(model: TraceModel, col: Collector, *,
                   progress: Callable[[int, int], None] | None = None) -> None:
     """Run the access pass over ``model.events``, adding findings to ``col``."""
-    # sources that are destinations, not inputs: a cast lists itself as a source, and
-    # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
     scan = AccessScan(model, col, cpy_destinations(model.tensors.values()))
     n = len(model.events)
     scan.feed(model.events, progress, 0, n)
