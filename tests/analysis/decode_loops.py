@@ -15,13 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from vizalloc.runtime import ops
-from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.alloc import GraphAllocator, alloc_ctx_tensors
 from vizalloc.runtime.backends import CPUBackend, graph_compute
 from vizalloc.runtime.buffer import BufferType
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import F32
 from vizalloc.runtime.graph import Graph
-from vizalloc.runtime.alloc import alloc_ctx_tensors
 from vizalloc.runtime.memory import clear_tensor_pointers, tensor_get, tensor_set
 from vizalloc.runtime.tensor import Tensor, set_input, set_output
 from vizalloc.trace import events as ev

@@ -22,7 +22,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vizalloc.analysis.hazards import Collector, Hazard, HazardKind
+from vizalloc.analysis.hazards import Collector, HazardKind
 from vizalloc.analysis.model import build_model
 from vizalloc.analysis.dynamic import scan_accesses
 from vizalloc.runtime import ops

@@ -7,7 +7,6 @@ from vizalloc.analysis.hazards import HazardKind, find_hazards
 from vizalloc.analysis.model import build_model
 from vizalloc.export.findings import highlights
 from vizalloc.scenarios.shared_tensors import run
-from vizalloc.trace import events as ev
 from vizalloc.trace.recorder import StrictRecorder
 from vizalloc.tui.steps import Prescan, StepKind, count_hazards
 

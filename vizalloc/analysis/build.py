@@ -14,13 +14,13 @@ node lists of computes; everything else is the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import (
-    NEVER, TYPE_SIZES, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
-    TensorInfo,
+    NEVER, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
+    TensorInfo, cpy_destination,
 )
 from vizalloc.trace import events as ev
 from vizalloc.trace.events import GGML_TYPE_SIZES, ggml_nbytes
@@ -53,7 +53,7 @@ class Builder:
         #: changed, as they happen (``stream.StreamAnalysis``: the hazard checks)
         self.hooks: Any = None
         #: tensors whose name, flags, sources or re-creation the hooks must hear of (``hooks.changed``)
-        self.watch: set[int] = set()
+        self.watch: Collection[int] = ()
         #: the stream analysis' skipped steps (``runs.RunTable``): their placements go stale too
         self.runs: Any = None
         self.current: dict[int, int] = {}          # tensor -> current placement index
@@ -155,8 +155,7 @@ class Builder:
                     e.seq, e.loc, history_of((i,)),
                 )
                 if not keep and e.op == "CPY":  # type: ignore[attr-defined]
-                    srcs = e.srcs  # type: ignore[attr-defined]
-                    cpy_dst[t] = srcs[1] if len(srcs) > 1 else t
+                    cpy_dst[t] = cpy_destination(t, e.srcs)  # type: ignore[attr-defined]
                 continue
             if cls is tensor_placed:
                 # inlined: a placement, its alias key and pool flag, and who keeps its index
@@ -266,7 +265,7 @@ class Builder:
             info.srcs = tuple(srcs)
             info.history.append(self.i)
             if not self.keep and info.op == "CPY":
-                self.cpy_dst[info.tensor_id] = srcs[1] if len(srcs) > 1 else info.tensor_id
+                self.cpy_dst[info.tensor_id] = cpy_destination(info.tensor_id, srcs)
 
     # -- buffers and placements ---------------------------------------------------
     def _BufferAllocated(self, e: ev.BufferAllocated) -> None:

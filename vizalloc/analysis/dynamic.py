@@ -39,13 +39,20 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
 from vizalloc.analysis.bytemap import ByteMap
-from vizalloc.analysis.hazards import NEXT_STEP, Collector, Hazard, HazardKind, qlabel, tensor_ref
+from vizalloc.analysis.hazards import (
+    NEXT_STEP,
+    Collector,
+    Hazard,
+    HazardKind,
+    merge_ranges,
+    qlabel,
+    tensor_ref,
+)
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import Placement, TensorInfo
+from vizalloc.analysis.records import FLAG_INPUT, Placement, TensorInfo, cpy_destination
 from vizalloc.trace import events as ev
 
 CLEAR_KEY = -2  # the alias key of a buffer clear (initialises, never conflicts)
-INPUT_FLAG = 1  # ggml's GGML_TENSOR_FLAG_INPUT
 
 
 class AccessScan:
@@ -214,17 +221,13 @@ class AccessScan:
 
 
 def cpy_destinations(tensors: Iterable[TensorInfo]) -> dict[int, int]:
-    """``CPY`` node -> the source that is its destination: ``ggml_cpy(a, b)`` lists ``b``
-    (whose bytes the result views) as its second source; a cast lists itself."""
-    return {info.tensor_id: (info.srcs[1] if len(info.srcs) > 1 else info.tensor_id)
-            for info in tensors if info.op == "CPY"}
+    """``CPY`` node -> the source that is its destination (``records.cpy_destination``)."""
+    return {info.tensor_id: cpy_destination(info.tensor_id, info.srcs) for info in tensors if info.op == "CPY"}
 
 
 def scan_accesses(model: TraceModel, col: Collector, *,
                   progress: Callable[[int, int], None] | None = None) -> None:
     """Run the access pass over ``model.events``, adding findings to ``col``."""
-    # sources that are destinations, not inputs: a cast lists itself as a source, and
-    # ggml_cpy(a, b) lists b (whose bytes the result views) as its second source
     scan = AccessScan(model, col, cpy_destinations(model.tensors.values()))
     n = len(model.events)
     scan.feed(model.events, progress, 0, n)
@@ -297,7 +300,7 @@ def _check_read(st: AccessScan, col: Collector, t: int, p: Placement, k: int, e:
         lw = None  # written only under an earlier placement: not since this one
     if st.unseen_input_writes:
         info = st.tensors.get(t)
-        if info is not None and info.flags & INPUT_FLAG:
+        if info is not None and info.flags & FLAG_INPUT:
             return  # the program may have written these bytes unseen: nothing can be judged
     pool = p.pool
     found: dict[tuple[HazardKind, int], list[tuple[int, int, int, ev.Event | None]]] = {}
@@ -329,7 +332,7 @@ def _report_access(st: AccessScan, col: Collector, kind: HazardKind, t: int, p: 
     key = (kind, t, writer, p.buffer_id)
     if col.bump(key, e.seq, step):
         return
-    merged = _merge([(r[0], r[1]) for r in ranges])
+    merged = merge_ranges([(r[0], r[1]) for r in ranges])
     last = max(ranges, key=lambda r: r[2])
     wseq, wevent = last[2], last[3]
     # what the pass knows now, not when the report is made
@@ -380,14 +383,3 @@ def _dangling(st: AccessScan, col: Collector, t: int, p: Placement, e: ev.Event,
                              "into it", compute_id=max(step, -1), node_index=index)
 
     col.add(key, make, step, e.seq)
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(ranges):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-

@@ -145,11 +145,9 @@ def trimmed(ne: Sequence[int]) -> tuple[int, ...]:
 def dim_names(kind: TensorKind | None, shape: Sequence[int], hints: Mapping[str, int] | None = None) -> tuple[str, ...]:
     """A name per dimension of ``shape`` ("" when unknown); ``hints`` rename a dimension
     whose size equals the hinted setting (``n_kv`` -> ``n_ctx``)."""
-    if kind is None or not kind.dims:
+    if kind is None or len(kind.dims) < len(shape):
         return ("",) * len(shape)
-    names = list(kind.dims[:len(shape)]) + [""] * max(0, len(shape) - len(kind.dims))
-    if len(kind.dims) < len(shape):
-        return ("",) * len(shape)
+    names = list(kind.dims[:len(shape)])
     for i, (n, size) in enumerate(zip(names, shape)):
         hinted = _HINTED.get(n)
         if hinted and hints and hints.get(hinted) == size:
@@ -305,15 +303,14 @@ def _groups(model: TraceModel, live: Sequence[Block], peak_step: int, peak_bytes
     for b in live:
         idx = _holder(b, peak_step)
         info = model.tensors.get(b.tensor_ids[idx])
-        name = info.label if info is not None else f"#{b.tensor_ids[idx]}"
-        folded, _ = fold_name(name)
+        folded, _ = fold_name(model.label(b.tensor_ids[idx]))
         op = info.op if info is not None else "?"
         by_key.setdefault((folded, op), []).append((b, idx))
     groups = []
     for (folded, op), members in by_key.items():
         members.sort(key=lambda m: -m[0].nbytes)
         infos = [model.tensors.get(b.tensor_ids[i]) for b, i in members]
-        names = tuple(inf.label if inf is not None else f"#{b.tensor_ids[i]}" for inf, (b, i) in zip(infos, members))
+        names = tuple(model.label(b.tensor_ids[i]) for b, i in members)
         layers = sorted({lay for n in names if (lay := fold_name(n)[1]) is not None})
         first = infos[0]
         shape = trimmed(first.ne) if first is not None else ()

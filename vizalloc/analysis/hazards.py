@@ -205,6 +205,17 @@ class Hazard:
         }
 
 
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, end)`` sorted, with those that overlap or touch joined (a ``Hazard``'s ``ranges``)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
 def qlabel(model: TraceModel, tensor_id: int) -> str:
     """A tensor's name quoted and inert (``'h_pre'``), or ``#id`` when it has none."""
     info = model.tensors.get(tensor_id)
@@ -258,9 +269,6 @@ class Collector:
     n_findings: int = 0
     #: keys with an occurrence waiting for its step (``NEXT_STEP``) -> whether it is the first
     waiting: dict[tuple[Any, ...], bool] = field(default_factory=dict)
-
-    def seen(self, key: tuple[Any, ...]) -> bool:
-        return key in self.found
 
     def bump(self, key: tuple[Any, ...], seq: int, step: int) -> bool:
         """Count another occurrence; False when the key is new (the caller must ``add``)."""

@@ -41,6 +41,13 @@ def nbytes_of(dtype: str, ne: Sequence[int], nb: Sequence[int]) -> int:
     return ggml_nbytes(type_size, blck_size, ne, nb)
 
 
+def cpy_destination(tensor_id: int, srcs: Sequence[int]) -> int:
+    """The source of ``CPY`` node ``tensor_id`` that is its destination (written, not read):
+    ``ggml_cpy(a, b)`` lists ``b`` (whose bytes the result views) as its second source; a
+    cast lists itself."""
+    return srcs[1] if len(srcs) > 1 else tensor_id
+
+
 class HistoryKind(str, enum.Enum):
     """What happened to a tensor (one entry of ``TensorInfo.history``)."""
 

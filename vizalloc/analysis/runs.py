@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.records import (
     NEVER,
     BindingInfo,
@@ -89,6 +90,11 @@ class Run:
     observed_at: int = 0
     #: the observed step read what the step before it wrote (``stream._independent``)
     relative: bool = False
+
+    def moves_like(self, shift: Shift) -> bool:
+        """Whether steps moved by ``shift`` move as this run's do (same amounts per id kind and seq)."""
+        return (shift.seq == self.seq_move and shift.ids.keys() == self.shift.ids.keys()
+                and all(shift.ids[k][1] == self.shift.ids[k][1] for k in shift.ids))
 
     # -- ids ------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -202,12 +208,15 @@ class Run:
                            [self.placement_no(j, k) for j in b.placements])
 
     def compute(self, c0: int, k: int) -> ComputeInfo:
-        c = self.template.computes[c0]
-        order = self._compute_order[c0]
         per = len(self.template.computes)
+        return self._moved_compute(c0, k, int(self.wall_ns[(k - self.first_k) * per + self._compute_order[c0]]))
+
+    def _moved_compute(self, c0: int, k: int, wall_ns: int = 0) -> ComputeInfo:
+        """Template compute ``c0`` moved ``k`` steps, its time ``wall_ns`` (a skipped step's own, or 0)."""
+        c = self.template.computes[c0]
         return ComputeInfo(self.id("compute", c.compute_id, k), self.id("graph", c.graph_id, k), c.backend,
                            c.n_nodes, self.seq(c.begin_seq, k), c.loc, self._snapshot(c.graph, k),
-                           self.seq(c.end_seq, k), int(self.wall_ns[(k - self.first_k) * per + order]), c.nodes)
+                           self.seq(c.end_seq, k), wall_ns, c.nodes)
 
     def record(self, kind: str, value: int) -> Any:
         """The record of a skipped step's object (None when ``value`` is not one)."""
@@ -222,15 +231,13 @@ class Run:
                 "compute": self.compute}[kind](t0, k)
 
 
-def continues(run: Run, template: Template, shift: Shift, seq_move: int, placement_move: int,
-              first_seq: int) -> int | None:
+def continues(run: Run, template: Template, shift: Shift, placement_move: int, first_seq: int) -> int | None:
     """How many steps after ``run``'s template a new template is, when it is that template moved
     that many steps (same step, same moves, every record alike): the new run can share it."""
     old = run.template
-    if (shift.ids.keys() != run.shift.ids.keys() or any(shift.ids[k][1] != run.shift.ids[k][1] for k in shift.ids)
-            or seq_move != run.seq_move or placement_move != run.placement_move or seq_move <= 0):
+    if not run.moves_like(shift) or placement_move != run.placement_move or shift.seq <= 0:
         return None
-    j, rest = divmod(first_seq - run.first_seq, seq_move)
+    j, rest = divmod(first_seq - run.first_seq, shift.seq)
     if rest or j <= 0 or len(template.tensors) != len(old.tensors) or len(template.placements) != len(
             old.placements) or len(template.graphs) != len(old.graphs) or len(template.bindings) != len(
             old.bindings) or len(template.computes) != len(old.computes):
@@ -262,17 +269,11 @@ def continues(run: Run, template: Template, shift: Shift, seq_move: int, placeme
             return None
     for c0 in old.computes:
         c = template.computes.get(fresh.id("compute", c0, j))
-        if c is None or replace(c, wall_ns=0) != replace(_moved_compute(fresh, c0, j), wall_ns=0):
+        if c is None or replace(c, wall_ns=0) != fresh._moved_compute(c0, j):
             return None
     if template.by_buffer != old.by_buffer or template.by_galloc != old.by_galloc:
         return None
     return j
-
-
-def _moved_compute(run: Run, c0: int, k: int) -> ComputeInfo:
-    c = run.template.computes[c0]
-    return ComputeInfo(run.id("compute", c.compute_id, k), run.id("graph", c.graph_id, k), c.backend, c.n_nodes,
-                       run.seq(c.begin_seq, k), c.loc, run._snapshot(c.graph, k), run.seq(c.end_seq, k), 0, c.nodes)
 
 
 class RunTable:
@@ -425,8 +426,6 @@ def materialize(table: RunTable, kind: str, value: int, model: Any, builder: Any
             p = model.placements[run.placement_no(cur, k)]
             scan.cur[value] = p
             if fast:
-                from vizalloc.analysis.bytemap import ByteMap
-
                 pm = scan.maps.get(p.buffer_id)
                 if pm is None:
                     pm = scan.maps[p.buffer_id] = ByteMap()

@@ -25,6 +25,7 @@ from vizalloc.analysis.hazards import (
     Hazard,
     HazardKind,
     TensorRef,
+    merge_ranges,
     qlabel,
     tensor_ref,
 )
@@ -200,30 +201,27 @@ def _signatures(model: TraceModel, pos: dict[int, int], ts: list[int]) -> tuple[
 class _Signatures:
     """Signatures of graphs, cached per plan (plan graphs are compared again and again).
 
-    ``watch`` collects the tensors the cached signatures were made of; while streaming, a
-    change to one of them (``forget``) drops the signatures made of it.
+    ``watch`` maps each tensor the cached signatures were made of to their plans; while
+    streaming, a change to one of them (``forget``) drops the signatures made of it.
     """
 
     def __init__(self, model: TraceModel) -> None:
         self.model = model
         self.by_plan: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
-        self.watch: set[int] = set()
-        self._plans_of: dict[int, list[int]] = {}
+        self.watch: dict[int, list[int]] = {}
 
     def of_plan(self, plan_id: int, graph: GraphSnapshot) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         sig = self.by_plan.get(plan_id)
         if sig is None:
             sig = self.by_plan[plan_id] = graph_signature(self.model, graph)
             for t in (*graph.nodes, *graph.leafs):
-                self.watch.add(t)
-                self._plans_of.setdefault(t, []).append(plan_id)
+                self.watch.setdefault(t, []).append(plan_id)
         return sig
 
     def forget(self, tensor_id: int) -> None:
         """A tensor changed: the signatures made of it are made again when next asked for."""
-        for plan_id in self._plans_of.pop(tensor_id, ()):
+        for plan_id in self.watch.pop(tensor_id, ()):
             self.by_plan.pop(plan_id, None)
-        self.watch.discard(tensor_id)
 
 
 class BindingChecks:
@@ -380,7 +378,7 @@ def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> No
             return Hazard(
                 HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
                                                                                           covered[0][1]),
-                p.buffer_id, tuple(_merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
+                p.buffer_id, tuple(merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
                 access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
                        f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
                        f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
@@ -407,16 +405,6 @@ def _covered(model: TraceModel, b: BindingInfo, p: Placement, start: int, seq: i
         if q is not None and q.buffer_id == p.buffer_id and q.offset < p.end and start < q.end and q.nbytes > 0:
             out.append((r, q))
     out.sort(key=lambda x: (x[1].offset, x[0]))
-    return out
-
-
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, z in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], z))
-        else:
-            out.append((a, z))
     return out
 
 

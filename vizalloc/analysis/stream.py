@@ -199,7 +199,7 @@ class StreamAnalysis:
             run, k = self._open
             self._open = None
             first = reps[0] if reps and reps[0].first == 0 else None
-            if first is not None and _moves_alike(first.shift, run) and _same_step(run, k, batch, *steps[0]):
+            if first is not None and run.moves_like(first.shift) and _same_step(run, k, batch, *steps[0]):
                 pos, carry = self._grow(batch, steps, first, run, k, last_step)
                 carry_from = min(carry_from, carry)
                 reps = reps[1:]
@@ -273,8 +273,7 @@ class StreamAnalysis:
         obs = Observation()
         obs.seqs = (batch.seq_at(lo), batch.seq_at(hi - 1))
         b, m, s = self.builder, self.model, self.scan
-        for name in ("open_sched",):
-            obs.log.append(("builder", name, getattr(b, name)))
+        obs.log.append(("builder", "open_sched", b.open_sched))
         obs.log.append(("builder", "open_plan", None if b.open_plan is None else b.open_plan.plan_id))
         obs.log.append(("builder", "open_compute", None if b.open_compute is None else b.open_compute.compute_id))
         saved_model = {n: getattr(m, n) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
@@ -355,8 +354,7 @@ class StreamAnalysis:
                                     first_placement, growth["placements"], m, b, s)
         first_seq = batch.seq_at(lo)
         prev = self.runs.runs[-1] if self.runs.runs else None
-        j = None if prev is None else runs_mod.continues(prev, template, shift, shift.seq, growth["placements"],
-                                                           first_seq)
+        j = None if prev is None else runs_mod.continues(prev, template, shift, growth["placements"], first_seq)
         if prev is not None and j is not None:
             # the same step as an earlier run's template, moved j steps: share that template
             run = runs_mod.Run(prev.shift, prev.seq_move, prev.template, 0, hi - lo, prev.first_seq,
@@ -568,12 +566,6 @@ def _created(batch: ColumnBatch, lo: int, hi: int) -> dict[str, list[int]]:
         a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
         out[kind] = list(dict.fromkeys(kc.col(fname)[a:z].tolist()))
     return out
-
-
-def _moves_alike(shift: Shift, run: runs_mod.Run) -> bool:
-    """Whether a repetition's steps move as the run's do (same amounts per id kind and seq)."""
-    return (shift.seq == run.seq_move and shift.ids.keys() == run.shift.ids.keys()
-            and all(shift.ids[k][1] == run.shift.ids[k][1] for k in shift.ids))
 
 
 def _same_step(run: runs_mod.Run, k: int, batch: ColumnBatch, lo: int, hi: int) -> bool:
