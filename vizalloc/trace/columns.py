@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.errors import TraceFormatError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts, Gathered
 from vizalloc.trace.chunks import (
@@ -50,6 +50,7 @@ from vizalloc.trace.chunks import (
 )
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
 from vizalloc.trace.schema import SCHEMA
+from vizalloc.trace.storage import open_reader
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 #: event class by schema index
@@ -337,13 +338,6 @@ def read_columns(path: str | os.PathLike[str], max_events: int = BATCH_EVENTS) -
         TraceFormatError: the file is not a trace or is damaged.
         UsageError: the file does not exist or cannot be read.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError as exc:
-        raise UsageError(f"no trace file at {os.fspath(path)}") from exc
-    except OSError as exc:
-        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
-    with f:
-        reader = TraceFileReader(f, os.fspath(path))
+    with open_reader(path) as reader:
         yield from iter_columns(reader, max_events)
         reader.warn_if_incomplete()
