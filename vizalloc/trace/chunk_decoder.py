@@ -109,7 +109,6 @@ class ChunkDecoder:
         self._locs: list[ev.Location | None] = [None]
         self._loc_array = np.empty(0, dtype=object)
         self._enum_values: dict[str, dict[int, Any]] = {}
-        self._string_ids: dict[str, int] = {}
         self._carry: dict[int, tuple[int, int]] = {}
         self._zlib = zlib.decompressobj() if compressed else None
         # per kind index: the row columns holding string ids, item or blob byte counts, and
@@ -122,13 +121,6 @@ class ChunkDecoder:
     @classmethod
     def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
-
-    def string_id(self, text: str) -> int:
-        """The id of a string in the file's table (read so far), or -1 when it is not there."""
-        ids, strings = self._string_ids, self._strings
-        for i in range(len(ids), len(strings)):
-            ids.setdefault(strings[i], i)
-        return ids.get(text, -1)
 
     # -- per chunk: the minimum ------------------------------------------------------
     def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False,

@@ -85,11 +85,6 @@ class KindColumns:
     def col(self, name: str) -> np.ndarray:
         return self.cols[name]
 
-    def tuples(self, name: str, i: int) -> tuple[int, ...]:
-        """Event ``i``'s ``tuple<int>`` field."""
-        starts, values = self.items[name]
-        return tuple(values[starts[i]:starts[i + 1]].tolist())
-
 
 class ColumnBatch:
     """Consecutive chunks of a trace as columns per kind (see ``KindColumns``).
@@ -226,13 +221,6 @@ class ColumnBatch:
     def text(self, string_id: int) -> str:
         """The string with this id (a ``str`` or enum field's value)."""
         return str(self.strings[int(string_id)])
-
-    def string_id(self, text: str) -> int:
-        """The id of a string in this file's table, or -1 when the file has no such string."""
-        return self.decoder.string_id(text)
-
-    def location(self, loc_id: int) -> ev.Location | None:
-        return self.locs[int(loc_id)]  # type: ignore[no-any-return]
 
     def events(self, lo: int = 0, hi: int | None = None) -> list[ev.Event]:
         """The batch's events ``lo..hi`` (recording order) as objects, equal to what ``load`` builds."""
