@@ -143,9 +143,8 @@ class ChunkDecoder:
                 raise ValueError(f"chunk metadata of {len(meta)} bytes ends inside its {HEAD.size}-byte head")
             self._check_declared(HEAD.unpack_from(meta, 0), n_events, limit)
         view = memoryview(meta)
+        # (the head _check_declared checked, its event count against the frame's among them)
         n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = HEAD.unpack_from(view, 0)
-        if n_ev != n_events:
-            raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
         pos = HEAD.size
         kinds = bytes(view[pos:pos + n_ev])
         pos += n_ev
