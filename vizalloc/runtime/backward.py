@@ -346,8 +346,6 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             )
     elif op is Op.GLU:
         _backward_glu(ctx, graph, tensor, grad, src0, _opt_src(tensor, 1), n0, n1)
-    elif op is Op.NONE:
-        pass
     else:
         raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {label(tensor)})")
 
