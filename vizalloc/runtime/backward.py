@@ -42,7 +42,6 @@ __all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "gra
 _VIEW_RESULT_OPS = VIEW_OPS | {Op.CPY}
 
 
-
 def graph_get_grad(graph: Graph, t: Tensor) -> Tensor | None:
     """``ggml_graph_get_grad``: the gradient of ``t`` in ``graph`` (None if none or not in the graph)."""
     if not graph.contains(t):

@@ -371,7 +371,6 @@ class GraphAllocator:
         return f"<GraphAllocator #{self.id} {[b.name for b in self.bufts]}>"
 
 
-
 def _graph_tensors(graph: Graph) -> Iterator[Tensor]:
     """Leafs, nodes and their sources (with repeats)."""
     yield from graph.leafs
