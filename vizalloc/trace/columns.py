@@ -93,31 +93,37 @@ class ColumnBatch:
     in recording order, ``pos[j]`` its row in its kind's columns.
     """
 
-    def __init__(self, decoder: ChunkDecoder, g: Gathered, first_index: int) -> None:
+    def __init__(self, decoder: ChunkDecoder, n: int, first_index: int, blob: bytes) -> None:
+        """An empty batch of ``n`` events (``from_gathered``, ``part`` and ``join`` fill it)."""
         self.decoder = decoder
-        self.n = g.n
+        self.n = n
         #: index of the batch's first event in the file
         self.first_index = first_index
-        self.blob = g.blob
-        self.kind_of = np.zeros(g.n, dtype=np.uint8)
-        self.pos = np.zeros(g.n, dtype=np.int64)
+        self.blob = blob
+        self.kind_of = np.zeros(n, dtype=np.uint8)
+        self.pos = np.zeros(n, dtype=np.int64)
         self.by_kind: dict[type[ev.Event], KindColumns] = {}
         self.strings = decoder._string_array
         self.locs = decoder._loc_array
+
+    @classmethod
+    def from_gathered(cls, decoder: ChunkDecoder, g: Gathered, first_index: int) -> ColumnBatch:
+        """The batch of a decoder's gathered chunks (``ChunkDecoder.gather``)."""
+        batch = cls(decoder, g.n, first_index, g.blob)
         items_all = g.items
         for k, sel, rows in g.kinds:
             plan = decoder._plans[k]
             assert plan is not None
-            cls = plan.schema.cls
+            kind = plan.schema.cls
             index = g.order[sel]
-            self.kind_of[index] = SCHEMA[cls].index
-            self.pos[index] = np.arange(len(sel))
+            batch.kind_of[index] = SCHEMA[kind].index
+            batch.pos[index] = np.arange(len(sel))
             seq0, t0 = decoder._carry.get(k, (0, 0))
             seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
             t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
             decoder._carry[k] = (int(seq[-1]), int(t_ns[-1]))
             cols: dict[str, np.ndarray] = {}
-            kc = KindColumns(cls, plan, index, seq, t_ns, rows[:, 2].copy(), cols)
+            kc = KindColumns(kind, plan, index, seq, t_ns, rows[:, 2].copy(), cols)
             item_pos = g.item_start[sel].copy()
             blob_pos = g.blob_start[sel].copy()
             for j, (name, slot) in enumerate(zip(plan.schema.fields, plan.slots)):
@@ -136,26 +142,13 @@ class ColumnBatch:
                     else:
                         kc.items[name] = (starts, _EMPTY)
                     item_pos += col
-            self.by_kind[cls] = kc
-
-    @classmethod
-    def _empty(cls, decoder: ChunkDecoder, n: int, first_index: int, blob: bytes) -> ColumnBatch:
-        batch = cls.__new__(cls)
-        batch.decoder = decoder
-        batch.n = n
-        batch.first_index = first_index
-        batch.blob = blob
-        batch.kind_of = np.zeros(n, dtype=np.uint8)
-        batch.pos = np.zeros(n, dtype=np.int64)
-        batch.by_kind = {}
-        batch.strings = decoder._string_array
-        batch.locs = decoder._loc_array
+            batch.by_kind[kind] = kc
         return batch
 
     def part(self, lo: int, hi: int | None = None) -> ColumnBatch:
         """The batch's events ``lo..hi`` as a batch of their own (copied: this one can go)."""
         hi = self.n if hi is None else hi
-        out = ColumnBatch._empty(self.decoder, hi - lo, self.first_index + lo, self.blob)
+        out = ColumnBatch(self.decoder, hi - lo, self.first_index + lo, self.blob)
         out.kind_of[:] = self.kind_of[lo:hi]
         for cls, kc in self.by_kind.items():
             a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
@@ -174,7 +167,7 @@ class ColumnBatch:
     @staticmethod
     def join(first: ColumnBatch, second: ColumnBatch) -> ColumnBatch:
         """``first``'s events followed by ``second``'s, as one batch (both from the same file, in order)."""
-        out = ColumnBatch._empty(second.decoder, first.n + second.n, first.first_index, first.blob + second.blob)
+        out = ColumnBatch(second.decoder, first.n + second.n, first.first_index, first.blob + second.blob)
         out.kind_of[:first.n] = first.kind_of
         out.kind_of[first.n:] = second.kind_of
         for cls in list(dict.fromkeys([*first.by_kind, *second.by_kind])):
@@ -313,7 +306,7 @@ def _batch(reader: TraceFileReader, decoder: ChunkDecoder, parts: list[ChunkPart
         g = decoder.gather(parts)
         if g is None:
             raise ValueError("no events")
-        return ColumnBatch(decoder, g, done)
+        return ColumnBatch.from_gathered(decoder, g, done)
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise TraceFormatError(f"{reader.name}: undecodable chunks at bytes {parts[0].offset}..{reader.offset}: {exc}"
                                ) from exc
