@@ -353,27 +353,45 @@ class ChunkDecoder:
                 name = "loc" if c == 2 else plan.schema.fields[c - 3]
                 raise ValueError(f"event {plan.schema.name} seq {seq}: {name} is {int(rows[r, c])}, not {what}")
 
-    def _columns(self, k: int, plan: RowPlan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
-                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+    def seq_and_time(self, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``seq`` and ``t_ns`` of a batch's rows of kind index ``k``: the rows hold differences,
+        summed on from where the kind's previous batch ended (which this batch then moves on)."""
         seq0, t0 = self._carry.get(k, (0, 0))
         seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
         t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
         self._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+        return seq, t_ns
+
+    def fixed_values(self, slot: int, codec: str, col: np.ndarray) -> list[Any] | None:
+        """The values of a fixed-size field (int, str, enum, bool, float) from its row column;
+        None for the other slots (tuples, scalars, bytes), whose values are outside the row."""
+        out: list[Any]
+        if slot == S_INT:
+            out = col.tolist()
+        elif slot == S_STR:
+            out = self._string_array[col].tolist()
+        elif slot == S_ENUM:
+            out = self._enum_list(codec[5:], col.tolist())
+        elif slot == S_BOOL:
+            out = (col != 0).tolist()
+        elif slot == S_FLOAT:
+            out = [bits_float(i) for i in col.tolist()]
+        else:
+            return None
+        return out
+
+    def _columns(self, k: int, plan: RowPlan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
+                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+        seq, t_ns = self.seq_and_time(k, rows)
         cols: list[list[Any]] = [seq.tolist(), t_ns.tolist(), self._loc_array[rows[:, 2]].tolist()]
         item_pos = item_at.copy()
         blob_pos = blob_at.copy()
+        fixed_values = self.fixed_values
         for j, (codec, slot) in enumerate(zip(plan.schema.codecs, plan.slots)):
             col = rows[:, 3 + j]
-            if slot == S_INT:
-                cols.append(col.tolist())
-            elif slot == S_STR:
-                cols.append(self._string_array[col].tolist())
-            elif slot == S_ENUM:
-                cols.append(self._enum_list(codec[5:], col.tolist()))
-            elif slot == S_BOOL:
-                cols.append((col != 0).tolist())
-            elif slot == S_FLOAT:
-                cols.append([bits_float(i) for i in col.tolist()])
+            fixed = fixed_values(slot, codec, col)
+            if fixed is not None:
+                cols.append(fixed)
             elif slot == S_BYTES:
                 starts, ends = blob_pos.tolist(), (blob_pos + col).tolist()
                 cols.append([blob[a:b] for a, b in zip(starts, ends)])

@@ -45,7 +45,6 @@ from vizalloc.trace.chunks import (
     S_INT,
     S_STR,
     S_TUPLE_INT,
-    bits_float,
     RowPlan,
 )
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
@@ -118,10 +117,7 @@ class ColumnBatch:
             index = g.order[sel]
             batch.kind_of[index] = SCHEMA[kind].index
             batch.pos[index] = np.arange(len(sel))
-            seq0, t0 = decoder._carry.get(k, (0, 0))
-            seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
-            t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
-            decoder._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+            seq, t_ns = decoder.seq_and_time(k, rows)
             cols: dict[str, np.ndarray] = {}
             kc = KindColumns(kind, plan, index, seq, t_ns, rows[:, 2].copy(), cols)
             item_pos = g.item_start[sel].copy()
@@ -245,16 +241,9 @@ class ColumnBatch:
         cols: list[list[Any]] = [kc.seq[a:b].tolist(), kc.t_ns[a:b].tolist(), self.locs[kc.loc[a:b]].tolist()]
         for name, codec, slot in zip(kc.plan.schema.fields, kc.plan.schema.codecs, kc.plan.slots):
             col = kc.cols[name][a:b]
-            if slot == S_INT:
-                cols.append(col.tolist())
-            elif slot == S_STR:
-                cols.append(self.strings[col].tolist())
-            elif slot == S_ENUM:
-                cols.append(dec._enum_list(codec[5:], col.tolist()))
-            elif slot == S_BOOL:
-                cols.append((col != 0).tolist())
-            elif slot == S_FLOAT:
-                cols.append([bits_float(i) for i in col.tolist()])
+            fixed = dec.fixed_values(slot, codec, col)
+            if fixed is not None:
+                cols.append(fixed)
             elif slot == S_BYTES:
                 starts = kc.blobs[name][a:b].tolist()
                 blob = self.blob
