@@ -91,15 +91,13 @@ def overlap_report(live: Mapping[int, tuple[int, int]], extent: Mapping[int, tup
     pair as ``overlaps``) for roots with live ranges ``live`` and bytes ``extent``
     (``root -> (address, nbytes)``; addresses of different buffers never coincide)."""
     roots = sorted(r for r in live if extent[r][1] > 0)
-    # overlapping pairs counted by a sweep: interval k (sorted by start) overlaps every
-    # earlier one except those ending at or before its start
     m = len(roots)
     start = np.fromiter((extent[r][0] for r in roots), dtype=np.int64, count=m)
     end = start + np.fromiter((extent[r][1] for r in roots), dtype=np.int64, count=m)
     first = np.fromiter((live[r][0] for r in roots), dtype=np.int64, count=m)
     last = np.fromiter((live[r][1] for r in roots), dtype=np.int64, count=m)
-    # interval k (sorted by start) overlaps every earlier one except those that end at or
-    # before its start
+    # overlapping pairs counted by a sweep: interval k (sorted by start) overlaps every
+    # earlier one except those that end at or before its start
     before = np.searchsorted(np.sort(end), np.sort(start), side="right")
     n_pairs = int((np.arange(m) - before).sum())
     # only a root that shares bytes with another and is live with another can be in a

@@ -338,9 +338,7 @@ class CaseReplay:
         specs = self.case.tensors
         out = set()
         for tid in (step.nodes or ()) + (step.leafs or ()):
-            root = specs[tid].view_src
-            root = tid if root is None else root
-            if specs[root].external:
+            if specs[specs[tid].root].external:
                 continue
             if before[tid] is not None:
                 out.add(tid)

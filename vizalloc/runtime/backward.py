@@ -42,7 +42,6 @@ __all__ = ["build_backward_expand", "graph_get_grad", "graph_get_grad_acc", "gra
 _VIEW_RESULT_OPS = VIEW_OPS | {Op.CPY}
 
 
-
 def graph_get_grad(graph: Graph, t: Tensor) -> Tensor | None:
     """``ggml_graph_get_grad``: the gradient of ``t`` in ``graph`` (None if none or not in the graph)."""
     if not graph.contains(t):
@@ -346,8 +345,6 @@ def _compute_backward(ctx: Context, graph: Graph, tensor: Tensor, grads_needed: 
             )
     elif op is Op.GLU:
         _backward_glu(ctx, graph, tensor, grad, src0, _opt_src(tensor, 1), n0, n1)
-    elif op is Op.NONE:
-        pass
     else:
         raise GraphError(f"unsupported op for the backward pass: {op.name} (tensor {label(tensor)})")
 

@@ -109,7 +109,6 @@ class ChunkDecoder:
         self._locs: list[ev.Location | None] = [None]
         self._loc_array = np.empty(0, dtype=object)
         self._enum_values: dict[str, dict[int, Any]] = {}
-        self._string_ids: dict[str, int] = {}
         self._carry: dict[int, tuple[int, int]] = {}
         self._zlib = zlib.decompressobj() if compressed else None
         # per kind index: the row columns holding string ids, item or blob byte counts, and
@@ -122,13 +121,6 @@ class ChunkDecoder:
     @classmethod
     def for_current_schema(cls, compressed: bool = True) -> ChunkDecoder:
         return cls(list(SCHEMA.values()), [s.name for s in SCHEMA.values()], compressed)
-
-    def string_id(self, text: str) -> int:
-        """The id of a string in the file's table (read so far), or -1 when it is not there."""
-        ids, strings = self._string_ids, self._strings
-        for i in range(len(ids), len(strings)):
-            ids.setdefault(strings[i], i)
-        return ids.get(text, -1)
 
     # -- per chunk: the minimum ------------------------------------------------------
     def decode(self, meta: bytes, blob: bytes, n_events: int, offset: int = 0, *, stored: bool = False,
@@ -151,9 +143,8 @@ class ChunkDecoder:
                 raise ValueError(f"chunk metadata of {len(meta)} bytes ends inside its {HEAD.size}-byte head")
             self._check_declared(HEAD.unpack_from(meta, 0), n_events, limit)
         view = memoryview(meta)
+        # (the head _check_declared checked, its event count against the frame's among them)
         n_ev, n_strings, n_locs, n_rows, n_items, n_text, planes, flags = HEAD.unpack_from(view, 0)
-        if n_ev != n_events:
-            raise ValueError(f"chunk holds {n_ev} events, its frame says {n_events}")
         pos = HEAD.size
         kinds = bytes(view[pos:pos + n_ev])
         pos += n_ev
@@ -362,27 +353,45 @@ class ChunkDecoder:
                 name = "loc" if c == 2 else plan.schema.fields[c - 3]
                 raise ValueError(f"event {plan.schema.name} seq {seq}: {name} is {int(rows[r, c])}, not {what}")
 
-    def _columns(self, k: int, plan: RowPlan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
-                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+    def seq_and_time(self, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``seq`` and ``t_ns`` of a batch's rows of kind index ``k``: the rows hold differences,
+        summed on from where the kind's previous batch ended (which this batch then moves on)."""
         seq0, t0 = self._carry.get(k, (0, 0))
         seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
         t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
         self._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+        return seq, t_ns
+
+    def fixed_values(self, slot: int, codec: str, col: np.ndarray) -> list[Any] | None:
+        """The values of a fixed-size field (int, str, enum, bool, float) from its row column;
+        None for the other slots (tuples, scalars, bytes), whose values are outside the row."""
+        out: list[Any]
+        if slot == S_INT:
+            out = col.tolist()
+        elif slot == S_STR:
+            out = self._string_array[col].tolist()
+        elif slot == S_ENUM:
+            out = self._enum_list(codec[5:], col.tolist())
+        elif slot == S_BOOL:
+            out = (col != 0).tolist()
+        elif slot == S_FLOAT:
+            out = [bits_float(i) for i in col.tolist()]
+        else:
+            return None
+        return out
+
+    def _columns(self, k: int, plan: RowPlan, rows: np.ndarray, item_at: np.ndarray, blob_at: np.ndarray,
+                 items: list[int] | None, blob: bytes) -> list[list[Any]]:
+        seq, t_ns = self.seq_and_time(k, rows)
         cols: list[list[Any]] = [seq.tolist(), t_ns.tolist(), self._loc_array[rows[:, 2]].tolist()]
         item_pos = item_at.copy()
         blob_pos = blob_at.copy()
+        fixed_values = self.fixed_values
         for j, (codec, slot) in enumerate(zip(plan.schema.codecs, plan.slots)):
             col = rows[:, 3 + j]
-            if slot == S_INT:
-                cols.append(col.tolist())
-            elif slot == S_STR:
-                cols.append(self._string_array[col].tolist())
-            elif slot == S_ENUM:
-                cols.append(self._enum_list(codec[5:], col.tolist()))
-            elif slot == S_BOOL:
-                cols.append((col != 0).tolist())
-            elif slot == S_FLOAT:
-                cols.append([bits_float(i) for i in col.tolist()])
+            fixed = fixed_values(slot, codec, col)
+            if fixed is not None:
+                cols.append(fixed)
             elif slot == S_BYTES:
                 starts, ends = blob_pos.tolist(), (blob_pos + col).tolist()
                 cols.append([blob[a:b] for a, b in zip(starts, ends)])

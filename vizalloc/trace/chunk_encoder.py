@@ -348,7 +348,7 @@ class ChunkEncoder:
             i = lids.get(id(loc))
             if i is None:
                 if not isinstance(loc, ev.Location):
-                    raise EncodeError(f"loc: expected a ev.Location or None, got {loc!r}")
+                    raise EncodeError(f"loc: expected a Location or None, got {loc!r}")
                 i = self._lid_by_value.get(loc)
                 if i is None:
                     i = self._lid_by_value[loc] = len(self._lid_by_value) + 1

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from vizalloc.errors import TraceFormatError, UsageError
+from vizalloc.errors import TraceFormatError
 from vizalloc.trace import events as ev
 from vizalloc.trace.chunk_decoder import ChunkDecoder, ChunkParts, Gathered
 from vizalloc.trace.chunks import (
@@ -45,11 +45,11 @@ from vizalloc.trace.chunks import (
     S_INT,
     S_STR,
     S_TUPLE_INT,
-    bits_float,
     RowPlan,
 )
 from vizalloc.trace.fileformat import BATCH_EVENTS, TraceFileReader
 from vizalloc.trace.schema import SCHEMA
+from vizalloc.trace.storage import open_reader
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 #: event class by schema index
@@ -84,11 +84,6 @@ class KindColumns:
     def col(self, name: str) -> np.ndarray:
         return self.cols[name]
 
-    def tuples(self, name: str, i: int) -> tuple[int, ...]:
-        """Event ``i``'s ``tuple<int>`` field."""
-        starts, values = self.items[name]
-        return tuple(values[starts[i]:starts[i + 1]].tolist())
-
 
 class ColumnBatch:
     """Consecutive chunks of a trace as columns per kind (see ``KindColumns``).
@@ -97,31 +92,34 @@ class ColumnBatch:
     in recording order, ``pos[j]`` its row in its kind's columns.
     """
 
-    def __init__(self, decoder: ChunkDecoder, g: Gathered, first_index: int) -> None:
+    def __init__(self, decoder: ChunkDecoder, n: int, first_index: int, blob: bytes) -> None:
+        """An empty batch of ``n`` events (``from_gathered``, ``part`` and ``join`` fill it)."""
         self.decoder = decoder
-        self.n = g.n
+        self.n = n
         #: index of the batch's first event in the file
         self.first_index = first_index
-        self.blob = g.blob
-        self.kind_of = np.zeros(g.n, dtype=np.uint8)
-        self.pos = np.zeros(g.n, dtype=np.int64)
+        self.blob = blob
+        self.kind_of = np.zeros(n, dtype=np.uint8)
+        self.pos = np.zeros(n, dtype=np.int64)
         self.by_kind: dict[type[ev.Event], KindColumns] = {}
         self.strings = decoder._string_array
         self.locs = decoder._loc_array
+
+    @classmethod
+    def from_gathered(cls, decoder: ChunkDecoder, g: Gathered, first_index: int) -> ColumnBatch:
+        """The batch of a decoder's gathered chunks (``ChunkDecoder.gather``)."""
+        batch = cls(decoder, g.n, first_index, g.blob)
         items_all = g.items
         for k, sel, rows in g.kinds:
             plan = decoder._plans[k]
             assert plan is not None
-            cls = plan.schema.cls
+            kind = plan.schema.cls
             index = g.order[sel]
-            self.kind_of[index] = SCHEMA[cls].index
-            self.pos[index] = np.arange(len(sel))
-            seq0, t0 = decoder._carry.get(k, (0, 0))
-            seq = np.cumsum(rows[:, 0]) + np.int64(seq0)
-            t_ns = np.cumsum(rows[:, 1]) + np.int64(t0)
-            decoder._carry[k] = (int(seq[-1]), int(t_ns[-1]))
+            batch.kind_of[index] = SCHEMA[kind].index
+            batch.pos[index] = np.arange(len(sel))
+            seq, t_ns = decoder.seq_and_time(k, rows)
             cols: dict[str, np.ndarray] = {}
-            kc = KindColumns(cls, plan, index, seq, t_ns, rows[:, 2].copy(), cols)
+            kc = KindColumns(kind, plan, index, seq, t_ns, rows[:, 2].copy(), cols)
             item_pos = g.item_start[sel].copy()
             blob_pos = g.blob_start[sel].copy()
             for j, (name, slot) in enumerate(zip(plan.schema.fields, plan.slots)):
@@ -140,26 +138,13 @@ class ColumnBatch:
                     else:
                         kc.items[name] = (starts, _EMPTY)
                     item_pos += col
-            self.by_kind[cls] = kc
-
-    @classmethod
-    def _empty(cls, decoder: ChunkDecoder, n: int, first_index: int, blob: bytes) -> ColumnBatch:
-        batch = cls.__new__(cls)
-        batch.decoder = decoder
-        batch.n = n
-        batch.first_index = first_index
-        batch.blob = blob
-        batch.kind_of = np.zeros(n, dtype=np.uint8)
-        batch.pos = np.zeros(n, dtype=np.int64)
-        batch.by_kind = {}
-        batch.strings = decoder._string_array
-        batch.locs = decoder._loc_array
+            batch.by_kind[kind] = kc
         return batch
 
     def part(self, lo: int, hi: int | None = None) -> ColumnBatch:
         """The batch's events ``lo..hi`` as a batch of their own (copied: this one can go)."""
         hi = self.n if hi is None else hi
-        out = ColumnBatch._empty(self.decoder, hi - lo, self.first_index + lo, self.blob)
+        out = ColumnBatch(self.decoder, hi - lo, self.first_index + lo, self.blob)
         out.kind_of[:] = self.kind_of[lo:hi]
         for cls, kc in self.by_kind.items():
             a, z = np.searchsorted(kc.index, [lo, hi]).tolist()
@@ -178,7 +163,7 @@ class ColumnBatch:
     @staticmethod
     def join(first: ColumnBatch, second: ColumnBatch) -> ColumnBatch:
         """``first``'s events followed by ``second``'s, as one batch (both from the same file, in order)."""
-        out = ColumnBatch._empty(second.decoder, first.n + second.n, first.first_index, first.blob + second.blob)
+        out = ColumnBatch(second.decoder, first.n + second.n, first.first_index, first.blob + second.blob)
         out.kind_of[:first.n] = first.kind_of
         out.kind_of[first.n:] = second.kind_of
         for cls in list(dict.fromkeys([*first.by_kind, *second.by_kind])):
@@ -226,13 +211,6 @@ class ColumnBatch:
         """The string with this id (a ``str`` or enum field's value)."""
         return str(self.strings[int(string_id)])
 
-    def string_id(self, text: str) -> int:
-        """The id of a string in this file's table, or -1 when the file has no such string."""
-        return self.decoder.string_id(text)
-
-    def location(self, loc_id: int) -> ev.Location | None:
-        return self.locs[int(loc_id)]  # type: ignore[no-any-return]
-
     def events(self, lo: int = 0, hi: int | None = None) -> list[ev.Event]:
         """The batch's events ``lo..hi`` (recording order) as objects, equal to what ``load`` builds."""
         hi = self.n if hi is None else hi
@@ -263,16 +241,9 @@ class ColumnBatch:
         cols: list[list[Any]] = [kc.seq[a:b].tolist(), kc.t_ns[a:b].tolist(), self.locs[kc.loc[a:b]].tolist()]
         for name, codec, slot in zip(kc.plan.schema.fields, kc.plan.schema.codecs, kc.plan.slots):
             col = kc.cols[name][a:b]
-            if slot == S_INT:
-                cols.append(col.tolist())
-            elif slot == S_STR:
-                cols.append(self.strings[col].tolist())
-            elif slot == S_ENUM:
-                cols.append(dec._enum_list(codec[5:], col.tolist()))
-            elif slot == S_BOOL:
-                cols.append((col != 0).tolist())
-            elif slot == S_FLOAT:
-                cols.append([bits_float(i) for i in col.tolist()])
+            fixed = dec.fixed_values(slot, codec, col)
+            if fixed is not None:
+                cols.append(fixed)
             elif slot == S_BYTES:
                 starts = kc.blobs[name][a:b].tolist()
                 blob = self.blob
@@ -324,7 +295,7 @@ def _batch(reader: TraceFileReader, decoder: ChunkDecoder, parts: list[ChunkPart
         g = decoder.gather(parts)
         if g is None:
             raise ValueError("no events")
-        return ColumnBatch(decoder, g, done)
+        return ColumnBatch.from_gathered(decoder, g, done)
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise TraceFormatError(f"{reader.name}: undecodable chunks at bytes {parts[0].offset}..{reader.offset}: {exc}"
                                ) from exc
@@ -337,13 +308,6 @@ def read_columns(path: str | os.PathLike[str], max_events: int = BATCH_EVENTS) -
         TraceFormatError: the file is not a trace or is damaged.
         UsageError: the file does not exist or cannot be read.
     """
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError as exc:
-        raise UsageError(f"no trace file at {os.fspath(path)}") from exc
-    except OSError as exc:
-        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
-    with f:
-        reader = TraceFileReader(f, os.fspath(path))
+    with open_reader(path) as reader:
         yield from iter_columns(reader, max_events)
         reader.warn_if_incomplete()

@@ -111,8 +111,6 @@ class TraceSession:
         self._dropped = 0            # items written and dropped from the lists
         self._n_final = 0            # items dropped once the final Trace was built
         self._value_bytes = 0
-        # flush when an event is stamped at or after this time, or this many items wait
-        # (no file: never; ComputeEnd still calls _flush, which returns at once)
         # [deadline_ns, flush_at]: flush when an event is stamped at or after deadline_ns, or
         # flush_at items wait (no file: never; ComputeEnd still calls _flush, which returns at once)
         self._limits = [1 << 62, 1 << 62]

@@ -75,8 +75,7 @@ def read_batches(path: PathLike, max_events: int = BATCH_EVENTS, *, slice_events
     in between, so other threads (a UI) keep running while a worker reads; a little slower,
     same events.
     """
-    with _open(path) as f:
-        reader = TraceFileReader(f, os.fspath(path))
+    with open_reader(path) as reader:
         yield from reader.batches(max_events, slice_events=slice_events)
         reader.warn_if_incomplete()
 
@@ -132,8 +131,8 @@ def follow(path: PathLike) -> TraceFollower:
 
 def read_header(path: PathLike) -> TraceHeader:
     """Only the header of a trace file."""
-    with _open(path) as f:
-        return TraceFileReader(f, os.fspath(path)).header
+    with open_reader(path) as reader:
+        return reader.header
 
 
 def save(trace_: Trace, path: PathLike, *, chunk_events: int = 65536, compress_level: int | None = 1,

@@ -50,7 +50,7 @@ from vizalloc.errors import AllocationError, GraphError
 from vizalloc.gcpause import gc_paused
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc.dyn_allocator import DynAllocator
-from vizalloc.runtime.alloc.planner import Plan, Record, flatten, plain_alloc_size, plan
+from vizalloc.runtime.alloc.planner import Plan, Record, plain_alloc_size, plan_graph
 from vizalloc.runtime.alloc.rules import DEFAULT as DEFAULT_RULES
 from vizalloc.runtime.alloc.rules import AllocatorRules
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage
@@ -238,9 +238,8 @@ class GraphAllocator:
         # the planner's lists hold no reference cycles: collecting half-way through a large
         # plan would only traverse them
         with gc_paused():
-            flat = flatten(graph, self._plain)
-            self.plan = plan(self.id, graph.id, flat, self.bufts, self._dyn, node_ids, leaf_ids, self._plain,
-                             self.rules.inplace_ops)
+            self.plan = plan_graph(self.id, graph, self.bufts, self._dyn, node_ids, leaf_ids, self._plain,
+                                   self.rules.inplace_ops)
         return self._realloc_buffers(no_alloc, n_buf)
 
     def _check_ids(self, ids: Sequence[int] | None, n: int, what: str) -> list[int]:
@@ -370,7 +369,6 @@ class GraphAllocator:
 
     def __repr__(self) -> str:
         return f"<GraphAllocator #{self.id} {[b.name for b in self.bufts]}>"
-
 
 
 def _graph_tensors(graph: Graph) -> Iterator[Tensor]:

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 _compute_ids = itertools.count()
 
 
-
 def check_operand(backend: Backend, node: Tensor, t: Tensor, role: str) -> None:
     """Raise a clear error unless ``backend`` may compute with ``t`` (a source of ``node``, or ``node``)."""
     storage = t.storage

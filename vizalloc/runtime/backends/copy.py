@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from vizalloc.runtime.backends.base import Backend
 
 
-
 def same_layout(a: Tensor, b: Tensor) -> bool:
     """``ggml_are_same_layout``: same type, shape and strides."""
     return a.type is b.type and a.ne == b.ne and a.nb == b.nb

@@ -25,7 +25,7 @@ from vizalloc.errors import BoundsError
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels._util import F32, all_float, arr, raw_view, register, split_for_tiling, src_types, xp_of
 from vizalloc.runtime.ops.layout import check_window
-from vizalloc.runtime.tensor import Op, Tensor
+from vizalloc.runtime.tensor import Op, Tensor, label
 
 _ANY = frozenset(DType)
 _FLOATS = frozenset({DType.F32, DType.F16})
@@ -77,12 +77,8 @@ def _check_rows(idx: Any, n_rows: int, op: str, table: Tensor, indices: Tensor) 
     lo, hi = int(idx.min()), int(idx.max())
     if lo < 0 or hi >= n_rows:
         bad = lo if lo < 0 else hi
-        raise BoundsError(f"{op}: index {bad} in {_name(indices)} is outside the {n_rows} rows of {_name(table)} "
+        raise BoundsError(f"{op}: index {bad} in {label(indices)} is outside the {n_rows} rows of {label(table)} "
                           f"(indices must be in 0..{n_rows - 1})")
-
-
-def _name(t: Tensor) -> str:
-    return repr(t.name) if t.name else f"#{t.id}"
 
 
 @register(Op.GET_ROWS_BACK, lambda t: src_types(t, _FLOATS, {DType.I32}))

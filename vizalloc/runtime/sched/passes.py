@@ -32,7 +32,6 @@ _INPUT = int(Flag.INPUT)
 _VIEW_OP_VALUES = frozenset(op._value_ for op in VIEW_OPS)
 
 
-
 def _root_buffer(t: Tensor) -> Buffer | None:
     return t.view_src.buffer if t.view_src is not None else t.buffer
 
