@@ -74,3 +74,12 @@ async def test_the_app_reports_a_trace_it_cannot_show(frames, tmp_path: Path, cu
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         assert expect in app.load_error and "MemoryError" not in app.load_error
+
+
+async def test_the_app_names_a_trace_file_that_is_not_there(tmp_path: Path) -> None:
+    # the library's app, given a path the CLI would have checked: the same clear sentence
+    path = tmp_path / "gone.vztrace"
+    app = VizallocApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert app.load_error == f"no trace file at {path}"

@@ -29,7 +29,12 @@ __all__ = ["TraceFollower", "follow", "load", "open_reader", "read_batches", "re
 PathLike = str | os.PathLike[str]
 
 
-def _open(path: PathLike) -> Any:
+def open_trace_file(path: PathLike) -> Any:
+    """A trace file opened for reading (binary).
+
+    Raises:
+        UsageError: the file does not exist or cannot be read (the message names it).
+    """
     try:
         return open(path, "rb")  # noqa: SIM115
     except FileNotFoundError as exc:
@@ -48,7 +53,7 @@ def load(path: PathLike) -> Trace:
         TraceFormatError: the file is not a trace, or is corrupt (the message names the byte offset).
         UsageError: the file does not exist or cannot be read.
     """
-    with _open(path) as f:
+    with open_trace_file(path) as f:
         data = f.read()  # one read: parsing frames from memory is faster than many small reads
     return read_trace(io.BytesIO(data), os.fspath(path), stacklevel=3)
 
@@ -62,7 +67,7 @@ def open_reader(path: PathLike) -> Iterator[TraceFileReader]:
         TraceFormatError: the file is not a trace, or its header is damaged.
         UsageError: the file does not exist or cannot be read.
     """
-    with _open(path) as f:
+    with open_trace_file(path) as f:
         yield TraceFileReader(f, os.fspath(path))
 
 
@@ -95,7 +100,7 @@ class TraceFollower:
     """
 
     def __init__(self, path: PathLike) -> None:
-        self._file = _open(path)
+        self._file = open_trace_file(path)
         try:
             self._reader = TraceFileReader(self._file, os.fspath(path))
         except BaseException:

@@ -28,7 +28,7 @@ from textual.widget import AwaitMount
 from textual.widgets import Static
 
 from vizalloc.errors import VizallocError
-from vizalloc.tui.data import STREAM_BYTES, Analysis, analyse, analyse_streamed, read_events
+from vizalloc.tui.data import Analysis, analyse, analyse_streamed, read_events, streams
 from vizalloc.tui.inert import inert, inert_text
 from vizalloc.tui.messages import BindingPrepared, LoadFailed, LoadProgress, TraceAnalysed
 from vizalloc.tui.screens.base import set_static
@@ -161,7 +161,7 @@ class VizallocApp(App[None]):
         try:
             src = self.source
             header = None
-            if isinstance(src, (str, os.PathLike)) and os.path.getsize(src) > STREAM_BYTES:
+            if isinstance(src, (str, os.PathLike)) and streams(src):
                 # too big to hold as events: analysed as a stream, the timeline growing as it reads
                 analysis = analyse_streamed(src, self.scan, lambda d, t: self._progress("read", d, t),
                                             on_cut=self._cut_short, progress=self._progress)

@@ -152,13 +152,10 @@ class Analysis:
 
 def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, int]:
     """The trace file opened for reading, and its size in bytes (to show progress)."""
-    from vizalloc.errors import UsageError
+    from vizalloc.trace.storage import open_trace_file
 
-    try:
-        total = os.path.getsize(path)
-        return open(path, "rb"), total  # the caller closes it (its with block)
-    except OSError as exc:
-        raise UsageError(f"cannot read the trace file {os.fspath(path)}: {exc.strerror or exc}") from exc
+    f = open_trace_file(path)
+    return f, os.fstat(f.fileno()).st_size
 
 
 def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> None:
@@ -227,6 +224,15 @@ STREAM_BYTES = 32 << 20
 #: Events per column batch when a trace is analysed as a stream: the timeline shows the steps
 #: of the first batch while the rest is read.
 STREAM_BATCH_EVENTS = 1 << 16
+
+
+def streams(path: str | os.PathLike[str]) -> bool:
+    """Whether a trace file is analysed as a stream (bigger than :data:`STREAM_BYTES`); False
+    for one that cannot be read, which reading it then names (``read_events``)."""
+    try:
+        return os.path.getsize(path) > STREAM_BYTES
+    except OSError:
+        return False
 
 
 def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
