@@ -198,3 +198,18 @@ def test_graph_clear_and_allocator_reserve_are_reported() -> None:
     assert [e.graph_id for e in _only(evs, ev.GraphCleared)] == [g2.id]
     binding = _only(evs, ev.BindingBegin)[0]
     assert binding.graph_id == g.id and binding.plan_id == begins[-1].plan_id
+
+
+def test_a_paused_recorder_misses_vizalloc_s_own_work_and_resumes() -> None:
+    from vizalloc.trace.recorder import ListRecorder, paused
+
+    with ListRecorder() as outer:
+        Context(name="before")
+        with paused():
+            Context(name="hidden")
+            with ListRecorder() as inner:
+                Context(name="inner")
+        Context(name="after")
+    names = [e.name for e in outer.events if isinstance(e, ev.ContextCreated)]
+    assert names == ["before", "after"]
+    assert [e.name for e in inner.events if isinstance(e, ev.ContextCreated)] == ["inner"]

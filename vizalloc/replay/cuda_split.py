@@ -47,7 +47,7 @@ from typing import Any
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.records import PlanInfo
 from vizalloc.errors import UsageError
-from vizalloc.replay.rebuild import Rebuilt, paused_recording
+from vizalloc.replay.rebuild import Rebuilt
 from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
 from vizalloc.runtime.backends.cpu import CPUBackend
@@ -55,6 +55,7 @@ from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Flag, Op, Tensor
+from vizalloc.trace import recorder
 
 #: ggml-cuda's buffer types and rules
 CUDA_ALIGNMENT = 128
@@ -231,7 +232,7 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
     bufts = {"CUDA0": cuda, "CUDA_Host": host, "CPU": cpu_weights}
     rec = StrictRecorder() if record else None
     notes: list[str] = []
-    with paused_recording(), rec if rec is not None else nullcontext():
+    with recorder.paused(), rec if rec is not None else nullcontext():
         gpu = SimCudaBackend(cuda)
         cpu = PlanningCPUBackend()
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)

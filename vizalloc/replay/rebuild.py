@@ -1,6 +1,6 @@
 """Runtime tensors made again from a trace's records: the one way trace data becomes live
-tensors (shadow execution and the CUDA split prediction both start here), and the pause
-that keeps what the runtime then does out of the caller's trace.
+tensors (shadow execution and the CUDA split prediction both start here; what the runtime
+then does is kept out of the caller's trace with ``vizalloc.trace.recorder.paused``).
 
     >>> from vizalloc.analysis.model import build_model
     >>> Rebuilt(build_model([]), "example").tensors
@@ -9,8 +9,6 @@ that keeps what the runtime then does out of the caller's trace.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from vizalloc.analysis.model import TraceModel
@@ -18,7 +16,6 @@ from vizalloc.errors import UsageError
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.tensor import Op, Tensor, UnaryOp
-from vizalloc.trace import recorder
 
 _UNARY = {u.value: u for u in UnaryOp}
 
@@ -69,15 +66,3 @@ class Rebuilt:
                 t._set_flags(info.flags & self._flags)
             made[cur] = t
         return made[tid]
-
-
-@contextmanager
-def paused_recording() -> Iterator[None]:
-    """Keep the runtime's events out of any active trace while rebuilt tensors are worked
-    on; a recorder started inside gets them alone."""
-    saved = recorder._recorders  # noqa: SLF001 - the replay is the runtime's one way back in
-    recorder._set(())  # noqa: SLF001
-    try:
-        yield
-    finally:
-        recorder._set(saved)  # noqa: SLF001

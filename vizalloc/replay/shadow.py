@@ -38,12 +38,13 @@ import numpy as np
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.errors import UsageError, VizallocError
-from vizalloc.replay.rebuild import Rebuilt, paused_recording
+from vizalloc.replay.rebuild import Rebuilt
 from vizalloc.runtime import memory
 from vizalloc.runtime.buffer import Buffer, BufferType, Usage, pad
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.kernels import compute_forward
 from vizalloc.trace import events as ev
+from vizalloc.trace import recorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,7 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
                      + ", ".join(f"'{model.label(t)}'" for t in missing[:8]))
     notes.append("per-node values of the traced run are not captured; they come from the recorded-placement "
                  "replay, checked against the captured results")
-    with paused_recording():
+    with recorder.paused():
         private = _run(model, comp, wanted, begin, private=True)
         aliased = _run(model, comp, wanted, begin, private=False)
     diffs = []

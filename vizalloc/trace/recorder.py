@@ -282,6 +282,20 @@ def emit(cls: type[Event], *payload: Any, loc: Location | None = _NOT_GIVEN) -> 
 
 
 @contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Send no event to the active recorders for a while (work of vizalloc's own, such as a
+    replay, that is not the traced program's); a recorder pushed inside gets its events alone."""
+    with _lock:
+        saved = _recorders
+        _set(())
+    try:
+        yield
+    finally:
+        with _lock:
+            _set(saved)
+
+
+@contextlib.contextmanager
 def replaying(clock: Callable[[], int], location: Callable[[], Location | None]) -> Iterator[None]:
     """Stamp events with another process's time and source lines while a record of it is
     replayed (``vizalloc.capture``): ``clock()`` gives each event's ``t_ns`` and
