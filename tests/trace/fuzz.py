@@ -31,6 +31,7 @@ import sys
 import traceback
 import warnings
 import zlib
+from pathlib import Path
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,20 @@ from vizalloc.trace.fileformat import (
 from vizalloc.trace.value import Trace
 
 SCALE_ENV = "VIZALLOC_FUZZ_SCALE"
+
+
+#: No hostile case may need more address space than this (Python, numpy, the analysis and
+#: the exports take ~150 MiB of it before reading anything). Before the bounds, the 1 GiB
+#: bomb alone took 2.1 GB.
+ADDRESS_SPACE_LIMIT = 1 << 30
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def limited_env() -> dict[str, str]:
+    """The environment of a reader run under :data:`ADDRESS_SPACE_LIMIT`: this checkout
+    importable, and one thread per numeric library (each thread's stack counts against it)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
 
 
 def scale() -> float:

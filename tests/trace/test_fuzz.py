@@ -9,30 +9,24 @@ space is limited: every hostile variant of a small trace loads (maybe a prefix) 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.trace import fuzz
 
-ROOT = Path(__file__).resolve().parents[2]
-#: No hostile case may need more address space than this (Python, numpy, the analysis
-#: and the exports take ~150 MiB of it before reading anything).
-ADDRESS_SPACE_LIMIT = 1 << 30
+ROOT = fuzz.ROOT
+ADDRESS_SPACE_LIMIT = fuzz.ADDRESS_SPACE_LIMIT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux counts it")
 
 
 @pytest.fixture(scope="module")
 def campaigns() -> dict[str, dict[str, Any]]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
     proc = subprocess.run([sys.executable, "-m", "tests.trace.fuzz", "--json", "--limit-as", str(ADDRESS_SPACE_LIMIT)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+                          capture_output=True, text=True, env=fuzz.limited_env(), cwd=ROOT, timeout=1800)
     assert proc.stdout.strip(), f"the fuzz run died (exit {proc.returncode}): {proc.stderr[-3000:]}"
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nfuzz at scale {result['scale']}, seed {result['seed']}, max RSS {result['max_rss_kib'] // 1024} MiB "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,6 @@ from vizalloc.trace.fileformat import TraceTruncatedWarning, read_trace
 
 from tests.trace import fuzz
 
-ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 
 
@@ -139,17 +137,12 @@ LIMITED = textwrap.dedent(
     """
 )
 
-#: The address space a reader may use for any hostile file here (Python, numpy and the
-#: analysis take ~150 MiB of it before reading anything). Before the bounds, the 1 GiB
-#: bomb alone took 2.1 GB.
-ADDRESS_SPACE_LIMIT = 1 << 30
+ADDRESS_SPACE_LIMIT = fuzz.ADDRESS_SPACE_LIMIT
 
 
 def run_limited(paths: list[Path], limit: int = ADDRESS_SPACE_LIMIT) -> dict[str, list[str] | int]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
     proc = subprocess.run([sys.executable, "-c", LIMITED, str(limit), *map(str, paths)], capture_output=True,
-                          text=True, env=env, timeout=600)
+                          text=True, env=fuzz.limited_env(), timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT "):])  # type: ignore[no-any-return]
