@@ -13,7 +13,7 @@ from tests.analysis import decode_loops
 from tests.tui.conftest import ready
 from vizalloc.trace.api import save
 from vizalloc.trace.value import Trace, TraceHeader
-from vizalloc.tui import app as app_mod
+from vizalloc.tui import data as data_mod
 from vizalloc.tui.app import VizallocApp
 from vizalloc.tui.data import analyse, analyse_streamed, read_events
 from vizalloc.tui.steps import Prescan
@@ -69,7 +69,7 @@ def test_streamed_analysis_shows_what_the_object_path_shows(trace_path: Path) ->
 
 @pytest.mark.anyio
 async def test_every_pane_opens_on_a_streamed_trace(trace_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app_mod, "STREAM_BYTES", 0)
+    monkeypatch.setattr(data_mod, "STREAM_BYTES", 0)  # every file streams
     app = VizallocApp(str(trace_path))
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
