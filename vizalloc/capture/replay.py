@@ -405,7 +405,9 @@ class Importer:
         op_name = self.ops.get((lib, 0, s.op_id))
         if dtype is None or op_name is None:
             raise CaptureImportError(f"tensor {s.name!r} at {s.address:#x} has a type or op never described")
-        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a else None for k, a in enumerate(s.src)]
+        # ggml_cast makes its result its own second source: the slot is set once the tensor exists
+        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a and a != s.address else None
+                for k, a in enumerate(s.src)]
         view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}") if s.view_src else None
         params = _op_params(s, op_name, self.ops, lib)
         original = self._copied(s)
@@ -413,6 +415,12 @@ class Importer:
             dtype, s.ne, view_src, s.view_offs, nb=s.nb, op=Op[op_name], src=srcs, op_params=params, name=s.name,
             copy_of=original,
         )
+        for k, a in enumerate(s.src):
+            if a and a == s.address:
+                while len(t.src) <= k:
+                    t.src.append(None)
+                t.src[k] = t
+                recorder.emit(ev.TensorSrcSet, t.id, k, t.id)
         if s.flags:
             t._set_flags(s.flags)
         m = _Mirror(t, s, lib, original)
