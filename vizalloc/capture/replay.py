@@ -553,20 +553,14 @@ class Importer:
                 buffer = self._placeholder_buffer()
             t.buffer = buffer
             return True
-        if where is not None and t.data is not None and t.storage is where[0] and t.offset == where[1]:
-            return False
-        if t.data is not None:
+        if where is None:  # the real tensor lost its memory
             memory.clear_tensor_pointers(t, by="program")
-        if where is not None:
-            buf, offset = where
-            t.buffer = buf if t.view_src is None else None
-            t.data = buf.base + offset
-            t.storage = buf
-            original = m.copy_of
-            if original is not None and original.storage is buf and original.offset == offset:
-                by = ev.PlacedBy.COPY
-            recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
-        return True
+            return True
+        buf, offset = where
+        original = m.copy_of
+        if original is not None and original.storage is buf and original.offset == offset:
+            by = ev.PlacedBy.COPY
+        return memory.observe_placement(t, buf, offset, names_buffer=bool(m.struct.buffer), by=by)
 
     def _placeholder_buffer(self) -> Buffer:
         if self._placeholder is None:
