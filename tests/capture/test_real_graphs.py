@@ -83,3 +83,21 @@ def test_two_backends_of_one_kind_share_one_compute_buffer(tmp_path: Path) -> No
     lines = [line.strip() for line in done.stderr.splitlines() if "compute buffer" in line]
     assert lines == ["CPU compute buffer: 256 bytes planned by the replay, the same as the process allocated"], lines
     assert "0 replay difference(s)" in done.stderr
+
+
+def test_a_graph_computed_without_the_allocator(tmp_path: Path) -> None:
+    # ggml_graph_compute_with_ctx over a context's own memory (ggml's test-pool, gpt-2-ctx):
+    # on main the trace was empty and said no ggml library was used
+    done = run(["run", "-o", "t.vztrace", "--", sys.executable, str(PROGRAMS / "ggml_ctx_compute.py"), "3"], tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "out [10.0, 30.0, 50.0]" in done.stdout
+    assert "no ggml library was used" not in done.stderr and "INCOMPLETE" not in done.stderr
+    assert "ggml computed 1 graph(s) with ggml_graph_compute and no graph allocator" in done.stderr
+    events = load(tmp_path / "t.vztrace").events
+    names = _names(events)
+    (begin,) = [e for e in events if isinstance(e, ev.ComputeBegin)]
+    assert begin.backend == "CPU"
+    assert [names[e.tensor_id] for e in events if isinstance(e, ev.NodeCompute)] == ["pooled", "out"]
+    observed = {names[e.tensor_id] for e in events if isinstance(e, ev.TensorPlaced) and e.by is ev.PlacedBy.OBSERVED}
+    assert observed == {"a", "pooled", "out"}
+    assert run(["check", "t.vztrace"], tmp_path).returncode == 0

@@ -140,6 +140,7 @@ class _OpenCall:
     new_chunks: list[Buffer] = field(default_factory=list)
     error: str = ""
     computes: int = 0  # backend computes nested in a scheduler compute
+    inner: bool = False  # ggml-cpu's own compute inside a backend's: that compute's work
 
 
 @dataclass
@@ -201,6 +202,7 @@ class Importer:
         self._placeholder: Buffer | None = None
         self._buffer_sizes: dict[int, list[ComputeBuffer]] = {}
         self._at = 0  # the record being imported
+        self._cpu_computes = 0  # ggml-cpu's own computes outside any backend's
 
     # -- driving -------------------------------------------------------------------------
     def run(self) -> ImportResult:
@@ -234,6 +236,11 @@ class Importer:
                                      f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "
                                      "the process stopped mid-write, and what it did after its last flush is lost")
         self.result.compute_buffers = self._compute_buffers()
+        if self._cpu_computes and not self.result.replayed_calls:
+            self.result.notes.append(
+                f"ggml computed {self._cpu_computes} graph(s) with ggml_graph_compute and no graph allocator: their "
+                "tensors are in memory the program's contexts allocated themselves, placed as observed; no "
+                "allocator call was there to replay and check")
         return self.result
 
     def _stop(self, index: int, exc: VizallocError) -> None:
@@ -672,6 +679,8 @@ class Importer:
             self.loc = self._location(r)
         open_ = _OpenCall(r)
         kind = r.kind
+        if kind in rf.CPU_COMPUTES and any(c.call.kind in rf.COMPUTE_CALLS for c in self.stack):
+            open_.inner = True
         if kind in rf.GALLOC_CALLS and self._replay_call() is None:
             self._replay(open_)
         elif kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
@@ -744,10 +753,13 @@ class Importer:
             self._sync_dirty()
         if r.kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
             recorder.emit(ev.ComputeEnd, self._open_compute, r.t_ns - open_.call.t_ns)
-        elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0:
+        elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0 and not open_.inner:
             # a synchronous or scheduler compute whose backend computes were not seen (they
-            # ran inside ggml without a call we could interpose): its own graph, as one compute
-            backend = self.backends.get(open_.call.obj, "?")
+            # ran inside ggml without a call we could interpose), or ggml-cpu's own compute
+            # over context memory: its own graph, as one compute
+            backend = "CPU" if r.kind in rf.CPU_COMPUTES else self.backends.get(open_.call.obj, "?")
+            if r.kind in rf.CPU_COMPUTES:
+                self._cpu_computes += 1
             self._compute(open_.call, backend, end_ns=r.t_ns)
             for outer in self.stack:
                 outer.computes += 1

@@ -84,6 +84,8 @@ enum {
     C_SCHED_FREE = 13,
     C_BUFT_ALLOC_BUFFER = 14,
     C_BUFFER_RESET = 15,
+    C_GRAPH_COMPUTE = 16,          /* ggml-cpu's own compute, with or without a backend */
+    C_GRAPH_COMPUTE_WITH_CTX = 17,
 };
 
 enum { PLACE_TENSOR_ALLOC = 1, PLACE_VIEW_INIT = 2 };
@@ -1720,4 +1722,61 @@ VZ_EXPORT void ggml_backend_tensor_copy(void *src, void *dst) {
     (void)caller;
     L->tensor_copy(src, dst);
     if (record && src && dst) put_io(L, IO_COPY, dst, 0, 0, src);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ggml without the graph allocator: ggml-cpu's own graph computes over context memory  */
+/* (ggml_graph_compute_with_ctx, as ggml's test-pool and gpt-2-ctx use it). They live in */
+/* libggml-cpu, not in the libggml-base whose entry the other hooks use, so the real     */
+/* function is looked up by itself; the tensors are described through that base library. */
+
+/* The definition of `name` that is not ours: the next one in the global scope, else the
+ * first loaded object (RTLD_LOCAL ones too) that defines it itself. */
+VZ_LOCAL void *real_symbol(const char *name) {
+    void *sym = dlsym(RTLD_NEXT, name);
+    if (sym != NULL) return sym;
+    find_ctx fc = {name, self_base(), NULL, {0}};
+    dl_iterate_phdr(find_cb, &fc);
+    if (fc.found_handle) sym = dlsym(fc.found_handle, name); /* the handle stays open: the object stays loaded */
+    return sym;
+}
+
+VZ_LOCAL void *cpu_entry(void **cache, const char *name, void *caller, ggml_lib **L, int *record) {
+    pthread_mutex_lock(&g_lock);
+    if (*cache == NULL) *cache = real_symbol(name);
+    void *real = *cache;
+    *L = real ? lib_for("ggml_backend_tensor_alloc", caller) : NULL;
+    *record = *L != NULL && !g_disabled && t_inside == 0 && (*L)->status >= 0;
+    pthread_mutex_unlock(&g_lock);
+    if (real == NULL) {
+        fprintf(stderr, "vizalloc capture: cannot find the real %s\n", name);
+        abort();
+    }
+    return real;
+}
+
+VZ_EXPORT int ggml_graph_compute(void *graph, void *cplan) {
+    static void *real_fn;
+    int record;
+    ggml_lib *L;
+    void *caller = __builtin_return_address(0);
+    int (*real)(void *, void *) = (int (*)(void *, void *))cpu_entry(&real_fn, "ggml_graph_compute", caller, &L,
+                                                                       &record);
+    int status;
+    SCHED_CALL(C_GRAPH_COMPUTE, NULL, graph, status = real(graph, cplan));
+    if (record) end_call(L, id, C_GRAPH_COMPUTE, NULL, status, NULL, 0, 0, t_call == 0);
+    return status;
+}
+
+VZ_EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads) {
+    static void *real_fn;
+    int record;
+    ggml_lib *L;
+    void *caller = __builtin_return_address(0);
+    int (*real)(void *, void *, int) = (int (*)(void *, void *, int))cpu_entry(
+        &real_fn, "ggml_graph_compute_with_ctx", caller, &L, &record);
+    int status;
+    SCHED_CALL(C_GRAPH_COMPUTE_WITH_CTX, ctx, graph, status = real(ctx, graph, n_threads));
+    if (record) end_call(L, id, C_GRAPH_COMPUTE_WITH_CTX, NULL, status, NULL, 0, 0, t_call == 0);
+    return status;
 }
