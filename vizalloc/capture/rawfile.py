@@ -52,6 +52,7 @@ class CallKind(enum.IntEnum):
     SCHED_FREE = 13
     GRAPH_COMPUTE = 16
     GRAPH_COMPUTE_WITH_CTX = 17
+    ALLOC_CTX_TENSORS = 18
 
     @property
     def function(self) -> str:
@@ -75,6 +76,7 @@ _FUNCTIONS = {
     CallKind.SCHED_FREE: "ggml_backend_sched_free",
     CallKind.GRAPH_COMPUTE: "ggml_graph_compute",
     CallKind.GRAPH_COMPUTE_WITH_CTX: "ggml_graph_compute_with_ctx",
+    CallKind.ALLOC_CTX_TENSORS: "ggml_backend_alloc_ctx_tensors_from_buft",
 }
 
 GALLOC_CALLS = frozenset({CallKind.GALLOC_RESERVE_N, CallKind.GALLOC_ALLOC_GRAPH, CallKind.GALLOC_RESERVE_N_SIZE})

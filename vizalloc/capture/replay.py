@@ -35,7 +35,7 @@ from vizalloc.capture import rawfile as rf
 from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode
 from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
-from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.alloc import GraphAllocator, TensorAllocator
 from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
 from vizalloc.runtime.backends.base import NOOP_OPS
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
@@ -141,6 +141,8 @@ class _OpenCall:
     error: str = ""
     computes: int = 0  # backend computes nested in a scheduler compute
     inner: bool = False  # ggml-cpu's own compute inside a backend's: that compute's work
+    #: ggml_backend_alloc_ctx_tensors_from_buft: the tensor allocator replayed on each new buffer
+    tallocs: dict[int, TensorAllocator] = field(default_factory=dict)
 
 
 @dataclass
@@ -597,12 +599,19 @@ class Importer:
     def _place(self, r: rf.Place) -> None:
         m = self.tensors.get(r.tensor)
         if m is None:
-            raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it")
+            raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it",
+                                     tensor=f"{r.tensor:#x}", missing=f"the description of the tensor at {r.tensor:#x}")
         if self._replay_call() is not None or r.result != 0:
             return  # the replayed allocator's own placement (verified when its call returns), or a refused one
         self.dirty.pop(r.tensor, None)
         t = m.tensor
         rb = self.buffers.get(r.buffer)
+        ctx_call = self.stack[-1] if self.stack and self.stack[-1].call.kind == rf.CallKind.ALLOC_CTX_TENSORS \
+            and self.stack[-1].call.call == r.call else None
+        if ctx_call is not None and r.kind == rf.PlaceKind.TENSOR_ALLOC and rb is not None \
+                and rb.mirror is not None and t.view_src is None:
+            self._talloc(ctx_call, m, rb)
+            return
         if r.kind == rf.PlaceKind.TENSOR_ALLOC and rb is not None and rb.mirror is not None and t.view_src is None:
             if t.data is not None:
                 memory.clear_tensor_pointers(t, by="program")
@@ -612,6 +621,36 @@ class Importer:
                 memory.clear_tensor_pointers(t, by="program")
             memory.view_init(t)
         self._force(m, ev.PlacedBy.OBSERVED)  # whatever the runtime's rules did differently, the real one wins
+
+    def _talloc(self, call: _OpenCall, m: _Mirror, rb: _RealBuffer) -> None:
+        """A placement by ggml's tensor allocator (ggml_backend_alloc_ctx_tensors_from_buft): the
+        replay's own allocator places the tensor after the ones before it in that buffer, and
+        its offset is checked against the process's."""
+        assert rb.mirror is not None
+        t = m.tensor
+        talloc = call.tallocs.get(rb.ptr)
+        if talloc is None:
+            talloc = call.tallocs[rb.ptr] = TensorAllocator(rb.mirror)
+        if t.data is not None or t.buffer is not None:
+            memory.clear_tensor_pointers(t, by="program")
+        replayed = ""
+        try:
+            talloc.alloc(t)
+            replayed = _describe_placement(t)
+        except VizallocError as exc:
+            replayed = f"{type(exc).__name__}: {exc}"
+        self.result.placements_checked += 1
+        if self._force(m, ev.PlacedBy.OBSERVED):
+            self._mismatch("offset", t.id, _describe(self._where(m.struct)), replayed, call)
+
+    def _check_tallocs(self, call: _OpenCall) -> None:
+        """After ggml_backend_alloc_ctx_tensors_from_buft: each buffer it made is as large as the
+        replay's tensor allocator filled it (ggml sizes it for exactly those tensors)."""
+        for handle, talloc in call.tallocs.items():
+            rb = self.buffers.get(handle)
+            if rb is not None and rb.size != talloc.offset:
+                self._mismatch("buffer_size", -1, f"{rb.size} bytes", f"{talloc.offset} bytes "
+                               f"(buffer #{talloc.buffer.id} filled by the replay's tensor allocator)", call)
 
     def _io(self, r: rf.TensorIo) -> None:
         t = self._mirror_of(r.tensor, "a tensor read or written")
@@ -683,6 +722,8 @@ class Importer:
             open_.inner = True
         if kind in rf.GALLOC_CALLS and self._replay_call() is None:
             self._replay(open_)
+        elif kind == rf.CallKind.ALLOC_CTX_TENSORS and self._replay_call() is None:
+            self.result.replayed_calls += 1  # its placements are replayed one by one (_place)
         elif kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
             backend = self.backends.get(r.obj, "?")
             sched = next((c for c in self.stack if c.call.kind in _SCHED_COMPUTES), None)
@@ -748,6 +789,8 @@ class Importer:
         if open_.replayed:
             self._verify(open_)
             self._check_return(open_, r)
+        elif open_.tallocs:
+            self._check_tallocs(open_)
         self.stack.pop()
         if open_.replayed and self.dirty:
             self._sync_dirty()

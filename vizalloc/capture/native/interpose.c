@@ -86,6 +86,7 @@ enum {
     C_BUFFER_RESET = 15,
     C_GRAPH_COMPUTE = 16,          /* ggml-cpu's own compute, with or without a backend */
     C_GRAPH_COMPUTE_WITH_CTX = 17,
+    C_ALLOC_CTX_TENSORS = 18,      /* ggml's tensor allocator over a context, into new buffers */
 };
 
 enum { PLACE_TENSOR_ALLOC = 1, PLACE_VIEW_INIT = 2 };
@@ -1779,4 +1780,44 @@ VZ_EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads)
     SCHED_CALL(C_GRAPH_COMPUTE_WITH_CTX, ctx, graph, status = real(ctx, graph, n_threads));
     if (record) end_call(L, id, C_GRAPH_COMPUTE_WITH_CTX, NULL, status, NULL, 0, 0, t_call == 0);
     return status;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ggml's tensor allocator: every tensor of a context placed in a new buffer, in order     */
+/* (weights, KV caches, ggml-opt's static tensors). The placements inside are recorded as  */
+/* usual; the call around them lets the replay re-run the allocator and check each offset. */
+
+VZ_LOCAL void *g_real_alloc_ctx[MAX_LIBS];
+
+VZ_EXPORT void *ggml_backend_alloc_ctx_tensors_from_buft(void *ctx, void *buft) {
+    ENTER(tensor_alloc, "ggml_backend_alloc_ctx_tensors_from_buft");
+    LOCK();
+    void **slot = &g_real_alloc_ctx[L->id];
+    if (*slot == NULL) {
+        void *sym = dlsym(L->handle, "ggml_backend_alloc_ctx_tensors_from_buft");
+        Dl_info di;
+        if (sym && dladdr(sym, &di) && di.dli_fbase != self_base()) *slot = sym;
+    }
+    void *(*real)(void *, void *) = (void *(*)(void *, void *))*slot;
+    UNLOCK();
+    if (real == NULL) {
+        fprintf(stderr, "vizalloc capture: cannot find the real ggml_backend_alloc_ctx_tensors_from_buft\n");
+        abort();
+    }
+    uint64_t id = 0, saved = t_call;
+    if (record) {
+        LOCK();
+        t_inside++;
+        put_buft(L, buft);
+        t_inside--;
+        UNLOCK();
+        id = begin_call(L, C_ALLOC_CTX_TENSORS, ctx, NULL, NULL, NULL, 0, caller);
+        t_call = id;
+    }
+    void *buffer = real(ctx, buft);
+    if (record) {
+        t_call = saved;
+        end_call(L, id, C_ALLOC_CTX_TENSORS, NULL, buffer != NULL, NULL, 0, 0, t_call == 0);
+    }
+    return buffer;
 }
