@@ -32,7 +32,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from vizalloc.capture import rawfile as rf
-from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode
+from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode, name_length
 from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator, TensorAllocator
@@ -224,6 +224,8 @@ class Importer:
             try:
                 for index, record in enumerate(self.records):
                     self._at = index
+                    if self.libs and all(lib.status < 0 for lib in self.libs.values()):
+                        break  # every ggml it used was refused: nothing after is read (that is the finding)
                     if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
                         self._sync_dirty()
                     handlers[type(record)](record)  # type: ignore[operator]
@@ -436,8 +438,10 @@ class Importer:
 
     # -- tensors ---------------------------------------------------------------------------
     def _tensor(self, r: rf.TensorBytes) -> None:
-        if len(r.raw) != TENSOR_SIZE:
-            raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {TENSOR_SIZE})")
+        info = self.libs.get(r.lib)
+        size = info.tensor_size if info is not None and info.status >= 0 else TENSOR_SIZE
+        if len(r.raw) != size or name_length(size) is None:
+            raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {size})")
         s = decode(r.address, r.raw)
         m = self.tensors.get(r.address)
         if m is None or not m.struct.same_tensor(s) or not self._same_sources(m):

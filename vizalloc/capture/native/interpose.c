@@ -592,6 +592,33 @@ VZ_LOCAL void put_library(ggml_lib *L, const char *reason) {
     rec_end(&r);
 }
 
+/* The size of struct ggml_tensor in each library (0: the known 336 bytes). ggml built with
+ * another GGML_MAX_NAME has the same fields at the same offsets up to the name, then the
+ * name, then extra and 8 bytes of padding: its size says how long the name is. */
+VZ_LOCAL size_t g_tensor_size[MAX_LIBS];
+#define NAME_TAIL 16 /* extra and padding after the name */
+
+VZ_LOCAL int name_fits(size_t size) {
+    return size > OFF_NAME + NAME_TAIL && (size - OFF_NAME - NAME_TAIL) % 8 == 0 &&
+           size - OFF_NAME - NAME_TAIL <= 4096;
+}
+
+VZ_LOCAL size_t tensor_size(const ggml_lib *L) { return g_tensor_size[L->id] ? g_tensor_size[L->id] : TENSOR_SIZE_KNOWN; }
+
+/* What the capture compares to see whether a tensor changed (TENSOR_SIZE_KNOWN bytes): the
+ * fields before the name, the name's first 64 bytes, extra and padding. */
+VZ_LOCAL void tensor_snap(const ggml_lib *L, const void *t, unsigned char *out) {
+    size_t size = tensor_size(L);
+    if (size == TENSOR_SIZE_KNOWN) {
+        memcpy(out, t, TENSOR_SIZE_KNOWN);
+        return;
+    }
+    size_t head = OFF_NAME + (size - OFF_NAME - NAME_TAIL < 64 ? size - OFF_NAME - NAME_TAIL : 64);
+    memset(out, 0, TENSOR_SIZE_KNOWN);
+    memcpy(out, t, head);
+    memcpy(out + TENSOR_SIZE_KNOWN - NAME_TAIL, (const char *)t + size - NAME_TAIL, NAME_TAIL);
+}
+
 VZ_LOCAL void check_layout(ggml_lib *L) {
     const char *missing = NULL;
     if (!L->tensor_alloc) missing = "ggml_backend_tensor_alloc";
@@ -611,7 +638,11 @@ VZ_LOCAL void check_layout(ggml_lib *L) {
         return;
     }
     size_t size = L->tensor_overhead() - GGML_OBJECT_SIZE;
-    if (size != TENSOR_SIZE_KNOWN) {
+    if (size != TENSOR_SIZE_KNOWN && name_fits(size)) {
+        /* ggml built with another GGML_MAX_NAME: the same fields, a longer or shorter name
+         * (the first tensor confirms where the name is) */
+        g_tensor_size[L->id] = size;
+    } else if (size != TENSOR_SIZE_KNOWN) {
         L->status = -1;
         char why[256];
         snprintf(why, sizeof why, "struct ggml_tensor is %zu bytes; vizalloc knows the %d-byte layout", size,
@@ -653,6 +684,12 @@ VZ_LOCAL int tensor_layout_ok(ggml_lib *L, const void *t) {
     }
     if (why) {
         L->status = -1;
+        char text[256];
+        if (tensor_size(L) != TENSOR_SIZE_KNOWN) { /* the size was taken for another GGML_MAX_NAME */
+            snprintf(text, sizeof text, "struct ggml_tensor is %zu bytes, and not the %d-byte layout with another "
+                     "GGML_MAX_NAME: %s", tensor_size(L), TENSOR_SIZE_KNOWN, why);
+            why = text;
+        }
         put_library(L, why);
         return 0;
     }
@@ -893,14 +930,16 @@ VZ_LOCAL void put_tensor(ggml_lib *L, const void *t) {
         if (s->pass == g_pass) return;
         s->pass = g_pass;
     }
-    if (s && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0) return;
+    unsigned char snap[TENSOR_SIZE_KNOWN];
+    tensor_snap(L, t, snap);
+    if (s && memcmp(s->bytes, snap, TENSOR_SIZE_KNOWN) == 0) return;
     put_tensor_refs(L, t);
-    if (s) memcpy(s->bytes, t, TENSOR_SIZE_KNOWN);
+    if (s) memcpy(s->bytes, snap, TENSOR_SIZE_KNOWN);
     rec r;
     rec_begin(&r, R_TENSOR);
     rec_i64(&r, L->id);
     rec_ptr(&r, t);
-    rec_put(&r, t, TENSOR_SIZE_KNOWN);
+    rec_put(&r, t, tensor_size(L));
     rec_end(&r);
 }
 
@@ -938,19 +977,22 @@ VZ_LOCAL int walk_push(size_t *n, const void *t) {
 
 /* whether the walk goes into t's ancestors (it was not reached yet, and it changed or was
  * never written with them) */
-VZ_LOCAL int walk_enter(const void *t, uint64_t walk) {
+VZ_LOCAL int walk_enter(const ggml_lib *L, const void *t, uint64_t walk) {
     tslot *s = tensor_slot((uintptr_t)t);
     if (s == NULL) return 1;
     if (s->walk == walk || (g_pass && s->pass == g_pass)) return 0;
     s->walk = walk;
-    return !(s->deep && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0);
+    if (!s->deep) return 1;
+    unsigned char snap[TENSOR_SIZE_KNOWN];
+    tensor_snap(L, t, snap);
+    return memcmp(s->bytes, snap, TENSOR_SIZE_KNOWN) != 0;
 }
 
 VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
     if (t == NULL || L->status < 0 || !tensor_layout_ok(L, t)) return;
     uint64_t walk = ++g_walks;
     size_t n = 0;
-    if (!walk_enter(t, walk)) {
+    if (!walk_enter(L, t, walk)) {
         put_tensor(L, t);
         return;
     }
@@ -962,7 +1004,7 @@ VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
             int k = top->next++;
             const void *c = k == 0 ? RD(void *, cur, OFF_VIEW_SRC) : RD(void *, cur, OFF_SRC + 8 * (k - 1));
             if (c == NULL || c == cur) continue;
-            if (walk_enter(c, walk)) next = c;
+            if (walk_enter(L, c, walk)) next = c;
             else put_tensor(L, c); /* written already, or unchanged: put_tensor finds out cheaply */
         }
         if (next != NULL) {
