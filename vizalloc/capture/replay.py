@@ -605,7 +605,7 @@ class Importer:
         if m is None:
             raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it",
                                      tensor=f"{r.tensor:#x}", missing=f"the description of the tensor at {r.tensor:#x}")
-        if self._replay_call() is not None or r.result != 0:
+        if self._in_replay(r.call) or r.result != 0:
             return  # the replayed allocator's own placement (verified when its call returns), or a refused one
         self.dirty.pop(r.tensor, None)
         t = m.tensor
@@ -692,6 +692,20 @@ class Importer:
             if c.replayed:
                 return c
         return None
+
+    def _in_replay(self, call_id: int) -> bool:
+        """Whether a record made in call ``call_id`` belongs to the replayed allocator call that
+        is open: that call or one inside it. Another thread's placement while it runs (its
+        call is another, or none) is the program's own, as any other."""
+        replayed = self._replay_call()
+        if replayed is None:
+            return False
+        inside = False
+        for c in self.stack:
+            inside = inside or c is replayed
+            if inside and c.call.call == call_id:
+                return True
+        return False
 
     def _location(self, call: rf.Call) -> ev.Location:
         obj, _, fn = call.site.partition("\t")
