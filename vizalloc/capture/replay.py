@@ -235,6 +235,12 @@ class Importer:
             except (CaptureImportError, rf.CaptureFormatError) as exc:
                 self._stop(index, exc)
             else:
+                if not self.libs:
+                    # the capture saw no ggml call: what it found is in its notes (ggml linked
+                    # into one of the program's own objects, or loaded and not used)
+                    said = "; ".join(self.result.notes) or "the capture holds no call of any ggml"
+                    recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, "", "", "", said, loc=None)
+                    self._incomplete(len(self.records), "", "", "every ggml call of the program", said)
                 if self.result.cut_at is not None:
                     self._incomplete(len(self.records), "", "", "the rest of the capture",
                                      f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "

@@ -1209,10 +1209,48 @@ VZ_LOCAL int bye_cb(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
+/* A process that recorded nothing may still have run ggml: linked into one of its own objects
+ * (a Python extension, statically), where ggml's calls bind inside that object and no hook
+ * sees them. Each loaded object that defines ggml_init itself is named in a note, so the
+ * trace says what was found where instead of "no ggml". */
+typedef struct {
+    void *self;
+    int n;
+} unreached_ctx;
+
+VZ_LOCAL int unreached_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    unreached_ctx *u = data;
+    const char *name = info->dlpi_name;
+    if (!name || !name[0] || (void *)info->dlpi_addr == u->self) return 0;
+    void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) return 0;
+    void *sym = dlsym(h, "ggml_init");
+    Dl_info di;
+    if (sym && dladdr(sym, &di) && (uintptr_t)di.dli_fbase == (uintptr_t)info->dlpi_addr) {
+        const char *base = strrchr(name, '/');
+        base = base ? base + 1 : name;
+        if (strncmp(base, "libggml", 7) == 0) /* ggml's own shared library: seen had it been called */
+            note("ggml's shared library %s was loaded, but the program called none of its allocator, scheduler, "
+                 "buffer or compute functions%s", name, " (it used ggml without them, or not at all)");
+        else
+            note("ggml is linked into %s (it defines ggml_init itself), so its calls bind inside that object and "
+                 "none reached the capture%s", name,
+                 ": vizalloc needs ggml as a shared library of its own (build with -DBUILD_SHARED_LIBS=ON)");
+        u->n++;
+    }
+    dlclose(h);
+    return 0;
+}
+
 __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
     pthread_mutex_lock(&g_lock);
     t_inside++;
+    if (g_fd < 0 && g_len == 0) {
+        unreached_ctx u = {self_base(), 0};
+        dl_iterate_phdr(unreached_cb, &u);
+    }
     if (g_fd >= 0 || g_len > 0) {
         rec r;
         rec_begin(&r, R_BYE);
