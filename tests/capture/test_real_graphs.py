@@ -140,3 +140,43 @@ def test_a_tensor_allocator_offset_that_differs_is_reported(tmp_path: Path) -> N
     (first, *_) = [e for e in events if isinstance(e, ev.ReplayMismatch)]
     assert names[first.tensor_id] == "inputs" and first.call == "ggml_backend_alloc_ctx_tensors_from_buft"
     assert first.observed.endswith("+ 32") and first.replayed.endswith("+ 0"), first
+
+
+def _renamed(data: bytes, kind: int, old: bytes, new: bytes) -> bytes:
+    """The capture with the name in its first record of ``kind`` (3 type, 4 op: the name is the
+    payload's last field) that reads ``old`` changed to ``new``."""
+    import struct as st
+
+    from vizalloc.capture import rawfile as rf
+
+    out, pos, done = bytearray(data[:rf.HEADER_SIZE]), rf.HEADER_SIZE, False
+    while pos < len(data):
+        k, length = st.unpack_from("<H2xI", data, pos)
+        payload = data[pos + 8:pos + 8 + length]
+        fixed = 32 if k == 3 else 24
+        if k == kind and not done and payload[fixed + 4:] == old:
+            payload = payload[:fixed] + st.pack("<I", len(new)) + new
+            done = True
+        out += st.pack("<H2xI", k, len(payload)) + payload
+        pos += 8 + length
+    assert done, f"no record of kind {kind} named {old!r}"
+    return bytes(out)
+
+
+def test_an_op_and_a_type_vizalloc_does_not_know_are_imported_opaque(tmp_path: Path) -> None:
+    from tests.capture.test_incomplete import _capture
+    from vizalloc.capture import import_capture
+
+    data = _capture(tmp_path, "ggml_python_cast.py").read_bytes()
+    # a newer ggml's op and type: the cast's CPY under another name, f16 under another name
+    data = _renamed(_renamed(data, 4, b"CPY", b"CPY_FROM_THE_FUTURE"), 3, b"f16", b"f16_from_the_future")
+    (tmp_path / "future.vzcap").write_bytes(data)
+    result = import_capture(tmp_path / "future.vzcap", tmp_path / "t.vztrace")
+    assert not result.incomplete and result.mismatches == 0, result
+    assert any("op 'CPY_FROM_THE_FUTURE'" in n and "OPAQUE" in n for n in result.notes), result.notes
+    assert any("tensor type 'f16_from_the_future'" in n and "as f16" in n for n in result.notes), result.notes
+    events = load(tmp_path / "t.vztrace").events
+    made = {e.name: e for e in events if isinstance(e, ev.TensorCreated)}
+    assert made["KQ_mask (copy)"].op == "OPAQUE" and made["KQ_mask (copy)"].dtype == "f16"
+    placed = {e.tensor_id for e in events if isinstance(e, ev.TensorPlaced) and e.by is ev.PlacedBy.GALLOCR}
+    assert made["KQ_mask (copy)"].tensor_id in placed

@@ -324,9 +324,21 @@ class Importer:
         try:
             dt = DType.from_label(r.name)
         except ValueError:
-            raise CaptureImportError(
-                f"the traced ggml {self._version(r.lib)} uses tensor type {r.name!r} (id {r.type_id}), which this "
-                "vizalloc does not know; upgrade vizalloc") from None
+            # a type this vizalloc does not know: a replay needs its sizes only, so a known type
+            # with the same block size and bytes per block stands in for it
+            same = next((d for d in DType if (d.blck_size, d.type_size) == (r.blck_size, r.type_size)), None)
+            if same is None:
+                raise CaptureImportError(
+                    f"the traced ggml {self._version(r.lib)} uses tensor type {r.name!r} (id {r.type_id}: "
+                    f"{r.blck_size} elements in {r.type_size} bytes per block), which this vizalloc does not know "
+                    "and no type it knows has these sizes; upgrade vizalloc",
+                    tensor="", missing=f"the sizes of tensor type {r.name!r}") from None
+            self.result.notes.append(
+                f"tensor type {r.name!r} (id {r.type_id}) of ggml {self._version(r.lib)} is not one vizalloc knows: "
+                f"its tensors are imported as {same.label} ({r.blck_size} elements in {r.type_size} bytes per "
+                "block, the same sizes)")
+            self.dtypes[r.lib, r.type_id] = same
+            return
         if (dt.blck_size, dt.type_size) != (r.blck_size, r.type_size):
             raise CaptureImportError(
                 f"tensor type {r.name} has {r.blck_size} elements in {r.type_size} bytes per block in the traced "
@@ -334,11 +346,16 @@ class Importer:
         self.dtypes[r.lib, r.type_id] = dt
 
     def _op(self, r: rf.OpInfo) -> None:
-        if r.family == rf.OpFamily.OP and r.name not in Op.__members__:
-            raise CaptureImportError(
-                f"the traced ggml {self._version(r.lib)} uses op {r.name!r} (id {r.op_id}), which this vizalloc "
-                "does not know; upgrade vizalloc")
-        self.ops[r.lib, int(r.family), r.op_id] = r.name
+        name = r.name
+        if r.family == rf.OpFamily.OP and (name not in Op.__members__ or name == Op.OPAQUE.name):
+            # a replay needs sizes, types, views and in-place rules, not kernels: an op this
+            # vizalloc does not know is imported as an opaque node, in no in-place rule
+            self.result.notes.append(
+                f"op {name!r} (id {r.op_id}) of ggml {self._version(r.lib)} is not one vizalloc knows: its tensors "
+                "are imported as OPAQUE nodes with the sizes, types, sources and views the process gave them "
+                "(no in-place rule names it; a difference it makes is reported)")
+            name = Op.OPAQUE.name
+        self.ops[r.lib, int(r.family), r.op_id] = name
 
     def _note(self, r: rf.Note) -> None:
         self.result.notes.append(r.text)
