@@ -10,17 +10,25 @@ types (with the traced ggml version's rules, ``alloc.rules``) recovers them as t
 ``Plan*`` events. Then every placement the real call made is compared with the replay's: a
 difference in a tensor's buffer or offset, a buffer's size or a call's result becomes a
 ``ReplayMismatch`` event (``check`` and ``summary`` report it) and the mirror takes the
-real placement, so one difference does not cascade into others.
+real placement, so one difference does not cascade into others. The placements of ggml's
+tensor allocator (``ggml_backend_alloc_ctx_tensors_from_buft``) are re-made the same way by
+a ``TensorAllocator`` on the buffer that call made, and checked one by one.
 
 The mirror world: one vizalloc tensor per C tensor (keyed by address, renewed when a new
 tensor appears at an old address, as when llama.cpp rebuilds its graph every batch), one
 buffer per ggml buffer (``VIRTUAL`` memory: addresses and sizes, no bytes), one graph
 allocator per ``ggml_gallocr``. Placements the capture saw but did not replay (weights by
 ``ggml_backend_tensor_alloc``, views by ``ggml_backend_view_init``) are replayed as such;
-data that appeared unseen (memory a context allocated itself) is placed ``by=observed``.
+data that appeared unseen (memory a context allocated itself) is placed ``by=observed``,
+through ``memory.observe_placement`` (the one way the import places a tensor itself).
 Computes become ``ComputeBegin`` / ``NodeCompute`` / ``ComputeEnd`` in ggml's execution order
 (per-node wall times are not observed: they are 0). Events carry the process's own clock
 and, as source line, the program's function that made the ggml call.
+
+An import that cannot go on (a record naming a tensor the capture never described, a layout
+refused) stops there and says so in the trace (``CaptureIncomplete``: the record, the call,
+the tensor, what was missing), as does a capture that holds no ggml call; ``check`` reports
+it as ``incomplete-capture``.
 """
 
 from __future__ import annotations
