@@ -4,10 +4,11 @@ was checked against.
 The layout is the same from ggml 0.15.3 (ggml-python 0.0.45) through 0.21.0 (commit
 d99724f2) to 0.26.0 (the ggml inside ``xllamacpp==2026.10.11549``): 336 bytes, the fields
 below at these offsets. A ggml built with another ``GGML_MAX_NAME`` has the same fields and
-a name of another length: its size (``ggml_tensor_overhead``) says how long. The capture library checks it in the running process with ggml's
-own accessors (``ggml_tensor_overhead``, ``ggml_get_name``, ``ggml_nbytes``) before it
-writes a single tensor, and refuses a library whose layout differs; this module decodes
-only what passed that check.
+a name of another length: its size (``ggml_tensor_overhead``) says how long. The capture
+library checks it in the running process with ggml's own accessors
+(``ggml_tensor_overhead``, ``ggml_get_name``, ``ggml_nbytes``) before it writes a single
+tensor, and refuses a library whose layout differs; this module decodes only what passed
+that check.
 """
 
 from __future__ import annotations

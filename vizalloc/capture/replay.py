@@ -278,7 +278,8 @@ class Importer:
             if isinstance(record, rf.Call):
                 return record.kind.function
             if isinstance(record, rf.Place):
-                return "ggml_backend_tensor_alloc" if record.kind == rf.PlaceKind.TENSOR_ALLOC else "ggml_backend_view_init"
+                tensor_alloc = record.kind == rf.PlaceKind.TENSOR_ALLOC
+                return "ggml_backend_tensor_alloc" if tensor_alloc else "ggml_backend_view_init"
             if isinstance(record, rf.TensorIo):
                 return _IO_FUNCTIONS[record.kind]
             if not isinstance(record, _DESCRIPTIONS):
