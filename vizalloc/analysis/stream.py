@@ -34,9 +34,9 @@ the access pass' last writes, which are moved along for the last step
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -68,6 +68,8 @@ REPEATABLE = frozenset(SCHEMA[c].index for c in (
     ev.TensorPlaced, ev.TensorCleared, ev.GraphCreated, ev.GraphExpanded, ev.BindingBegin, ev.BindingEnd,
     ev.ComputeBegin, ev.NodeCompute, ev.ComputeEnd, ev.TensorSet, ev.TensorGet, ev.SchedSplit))
 
+T = TypeVar("T")
+
 #: id kind of the keys of each observed container
 _KEY_KIND = {
     "tensors": "tensor", "current": "tensor", "alias_of": "tensor", "pool_of": "tensor", "cpy_dst": "tensor",
@@ -92,7 +94,9 @@ COLUMN_BATCH_EVENTS = 1 << 18
 
 
 class RepetitionError(VizallocError):
-    """A skipped repetition turned out not to repeat (a bug in vizalloc: rerun with ``repeat=False``)."""
+    """A skipped repetition's last step read other state than its observed steps: the steps
+    counted in between may not have found what the observed ones found. ``analysed`` then
+    analyses the trace again step by step (``repeat=False``)."""
 
 
 class StreamAnalysis:
@@ -471,7 +475,12 @@ class StreamAnalysis:
         moved: dict[int, Any] = {}
         for buffer_id, ranges in obs.written_bytes.items():
             bm = self.scan.maps[buffer_id]
-            for a, z in ranges:
+            # each interval is rewritten whole, as one write: the step wrote some bytes several
+            # times (a small tensor, then a bigger one over it), and rewriting the pieces of each
+            # write range apart cut one writer's interval in two, which the last step's reads then
+            # saw as two pieces the observed step never read (llama.cpp's reused decode graph at
+            # n_ubatch 96: `sa_out-17`'s 2560 bytes cut where an earlier node's 1024 ended)
+            for a, z in _merged(ranges):
                 for s, e, rec in bm.scan(a, z):
                     if rec is None or not lo <= rec[2] <= hi:
                         continue
@@ -661,6 +670,22 @@ def _older(shift: Shift, kind: str, key: int) -> bool:
     return rule is None or key < rule[0]
 
 
+def _merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges as their union: sorted, disjoint, touching ones joined.
+
+    >>> _merged([(4, 8), (0, 2), (2, 3), (6, 10)])
+    [(0, 3), (4, 10)]
+    """
+    out: list[tuple[int, int]] = []
+    for a, z in sorted(ranges):
+        if out and a <= out[-1][1]:
+            if z > out[-1][1]:
+                out[-1] = (out[-1][0], z)
+        else:
+            out.append((a, z))
+    return out
+
+
 def _moved_event(e: ev.Event, shift: Shift, d: int) -> ev.Event:
     """Writer event ``e`` as the same event ``shift`` later (``seq`` moved by ``d``; its times stay:
     reports name a writer by seq, node and compute, never by time)."""
@@ -674,6 +699,22 @@ def _moved_event(e: ev.Event, shift: Shift, d: int) -> ev.Event:
     return replace(e, **changes)
 
 
+def analysed(run: Callable[[StreamAnalysis], T], *, repeat: bool = True) -> T:
+    """``run(stream)`` feeds a new stream the whole trace and finishes it; what it returns. When
+    the proof of a skipped repetition fails (``RepetitionError``: its last step read other state
+    than the steps observed before it), the steps it counted were never analysed and the state
+    the stream holds is not the trace's: the trace is read and analysed again, every step one by
+    one (``repeat=False``), so the result is exactly that of ``repeat=False``.
+
+    ``run`` must read the trace anew each time it is called (reopen the file)."""
+    if repeat:
+        try:
+            return run(StreamAnalysis(repeat=True))
+        except RepetitionError:
+            pass
+    return run(StreamAnalysis(repeat=False))
+
+
 def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, list[Hazard]]:
     """The model (keeping no events) and the hazards of a trace given as batches of events."""
     stream = StreamAnalysis()
@@ -683,10 +724,19 @@ def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, l
         return stream.model, stream.finish()
 
 
-def analyse_columns(batches: Iterable[ColumnBatch], *, repeat: bool = True) -> tuple[TraceModel, list[Hazard]]:
-    """The same from column batches, repeated steps skipped (``repeat=False``: analysed)."""
-    stream = StreamAnalysis(repeat=repeat)
-    with gc_paused():
-        for batch in batches:
-            stream.feed_columns(batch)
-        return stream.model, stream.finish()
+def analyse_columns(batches: Iterable[ColumnBatch] | Callable[[], Iterable[ColumnBatch]], *,
+                    repeat: bool = True) -> tuple[TraceModel, list[Hazard]]:
+    """The same from column batches, repeated steps skipped (``repeat=False``: analysed). Given a
+    function that reads the batches (anew each call), a failed proof of repetition is followed by
+    an analysis of every step (``analysed``); given the batches themselves, it raises
+    ``RepetitionError`` (they cannot be read again)."""
+
+    def run(stream: StreamAnalysis) -> tuple[TraceModel, list[Hazard]]:
+        with gc_paused():
+            for batch in (batches() if callable(batches) else batches):
+                stream.feed_columns(batch)
+            return stream.model, stream.finish()
+
+    if callable(batches):
+        return analysed(run, repeat=repeat)
+    return run(StreamAnalysis(repeat=repeat))

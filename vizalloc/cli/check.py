@@ -143,25 +143,29 @@ def analyse_file(path: str, label: str = "", command: str = "check") -> tuple[An
     is analysed up to its last complete frame (``inputs.cut_said``)."""
     import os
 
-    from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis
+    from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis, analysed
     from vizalloc.cli.inputs import check_trace_path, cut_said
     from vizalloc.trace.api import open_reader
     from vizalloc.trace.columns import iter_columns
 
     check_trace_path(path)
-    stream = StreamAnalysis(repeat=os.environ.get("VIZALLOC_REPEAT", "1") != "0")
-    with cut_said(command), open_reader(path) as reader, \
-            progress_bar(f"analysing {label or path}") as progress, gc_paused():
-        total = os.path.getsize(path)
-        batches = iter_columns(reader, COLUMN_BATCH_EVENTS)
-        while (batch := next(batches, None)) is not None:
-            stream.feed_columns(batch)
-            del batch  # before the next batch is read: one batch in memory at a time
-            if progress is not None:
-                progress(reader.offset, total)
-        reader.warn_if_incomplete()
-        model, hazards = stream.model, stream.finish()
-    return model, hazards, reader.header
+
+    def run(stream: StreamAnalysis) -> tuple[Any, list[Any], Any]:
+        # called again, with a new stream, when a skipped repetition's proof fails (``analysed``)
+        with cut_said(command), open_reader(path) as reader, \
+                progress_bar(f"analysing {label or path}") as progress, gc_paused():
+            total = os.path.getsize(path)
+            batches = iter_columns(reader, COLUMN_BATCH_EVENTS)
+            while (batch := next(batches, None)) is not None:
+                stream.feed_columns(batch)
+                del batch  # before the next batch is read: one batch in memory at a time
+                if progress is not None:
+                    progress(reader.offset, total)
+            model, hazards = stream.model, stream.finish()
+            reader.warn_if_incomplete()   # once: after the analysis that stands
+        return model, hazards, reader.header
+
+    return analysed(run, repeat=os.environ.get("VIZALLOC_REPEAT", "1") != "0")
 
 
 def model_and_hazards(path: str, shadow: bool) -> tuple[Any, list[Any]]:
