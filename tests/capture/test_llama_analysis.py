@@ -6,7 +6,9 @@ the repetition proof (``--ctx 6144 --ubatch 96``: the reused decode graph reads 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -62,3 +64,21 @@ def test_check_and_summary_of_a_small_micro_batch_generation(generation: Traced)
     stream.finish()   # raises RepetitionError where the proof fails
     assert stream.n_skipped_steps >= 10
     print(f"\n{path}: {stream.n_skipped_steps} steps skipped; {printed['check'].splitlines()[-1]}", file=sys.stderr)
+
+
+_BUFFER_SIZE = re.compile(r"(\S+) (?:model |output |KV |compute )?buffer size = +([0-9.]+) MiB")
+
+
+def test_real_memory_is_counted_once(generation: Traced) -> None:
+    """ggml-cpu's CPU_REPACK buffer type allocates a CPU buffer and gives it its own type: one
+    block, one handle, freed once. The CPU buffer ends where the CPU_REPACK buffer begins, so
+    the peak is the bytes of llama.cpp's own buffers, each listed once."""
+    data = json.loads(vizalloc("summary", "--json", str(generation.trace)).stdout)
+    held = [b for b in data["buffers"] if b["nbytes"]]
+    logged = sorted(float(m.group(2)) for line in generation.report["lines"] if (m := _BUFFER_SIZE.search(line)))
+    assert logged and sorted(round(b["nbytes"] / 2**20, 2) for b in held if "became" not in b["free_cause"]) == logged
+    (repack,) = [b for b in held if b["buft"] == "CPU_REPACK"]
+    (inner,) = [b for b in held if "became a CPU_REPACK buffer" in b["free_cause"]]
+    assert inner["nbytes"] == repack["nbytes"] and inner["freed_seq"] < repack["allocated_seq"]
+    assert all(b["freed_seq"] is not None for b in held)   # the driver frees every buffer it made
+    assert data["peak_buffer_bytes"] == sum(b["nbytes"] for b in held if b is not inner)
