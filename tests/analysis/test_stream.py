@@ -210,6 +210,22 @@ def test_check_and_summary_fall_back_on_their_own(monkeypatch: Any, tmp_path: An
     assert printed["1", "summary"] == printed["0", "summary"]
 
 
+def test_a_template_keeps_each_tensors_state_by_name() -> None:
+    """``runs.Template.state``: per tensor, the builder's and the access pass' state by name, as
+    the template step left it (the cache-writing CPY's destination, its last write in the step)."""
+    from vizalloc.analysis.runs import TensorState
+
+    events = decode_loops.record("kv_rebuild", tokens=8)
+    model, _, stream = stream_of_columns(events, 1 << 20)
+    (run,) = stream.runs.runs
+    states = run.template.state
+    assert states and all(type(s) is TensorState for s in states.values())
+    lo, hi = run.observed[0].seqs
+    assert all(s.last_write is None or lo <= s.last_write <= hi for s in states.values())
+    cpy = [t for t, s in states.items() if s.cpy_dst is not None]
+    assert cpy and all(model.tensors[t].op == "CPY" for t in cpy)
+
+
 def test_a_token_that_finds_hazards_is_analysed_every_time() -> None:
     """A step whose analysis finds something is never skipped (its findings would have to be repeated)."""
     events = decode_loops.record("reuse_then_other", tokens=8)
