@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from vizalloc.analysis.records import (
     BindingInfo, BufferInfo, ComputeInfo, GraphInfo, HistoryEntry, MapEntry, Placement, PlacementState, PlanInfo,
     SchedInfo, TensorInfo, history_kind,
 )
+from vizalloc.analysis.state import Held
 from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 
@@ -68,6 +69,19 @@ class TraceModel:
     streamed_last_seq: int = 0
     _seq_index: dict[int, int] | None = None
     _map_index: dict[int, Any] | None = None
+
+    #: every attribute, as the stream analysis' repetition proof sees it (``state.Held``)
+    STATE: ClassVar[dict[str, Held]] = {
+        "events": Held.log(), "tensors": Held.map("tensor", grows=True), "buffers": Held.map("buffer"),
+        "graphs": Held.map("graph", grows=True), "plans": Held.map("plan"),
+        "bindings": Held.map("binding", grows=True), "scheds": Held.map("sched"),
+        "computes": Held.map("compute", grows=True), "placements": Held("list", grows=True),
+        "replans": Held.log(), "copies": Held.log(), "snapshots": Held.log(), "markers": Held.log(),
+        "contexts": Held.map("context", grows=True), "input_copies": Held("set", "tensor"),
+        "captured": Held.log(), "replay_mismatches": Held.log(),
+        "n_streamed": Held.counter(), "streamed_last_seq": Held.counter(),
+        "_seq_index": Held.link(), "_map_index": Held.link(),
+    }
 
     @property
     def seq_index(self) -> dict[int, int]:
