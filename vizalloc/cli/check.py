@@ -200,6 +200,29 @@ def counts(hazards: list[Any]) -> dict[str, int]:
     return out
 
 
+def verdict_line(n_events: int, hazards: list[Any], failing: bool) -> str:
+    """check's last line: the hazards per kind, each with its occurrences where a report merged
+    several (as the reports above it count them).
+
+        >>> from types import SimpleNamespace as H
+        >>> from vizalloc.analysis.hazards import HazardKind
+        >>> verdict_line(1, [H(kind=HazardKind.REPLAN, occurrences=2)], False)
+        'vizalloc check: 1 event, 1 hazard: 1 replan (2 occurrences) -> ok'
+        >>> verdict_line(0, [], False)
+        'vizalloc check: 0 events, 0 hazards -> ok'
+    """
+    from vizalloc.cli.console import plural
+
+    found = counts(hazards)
+    seen: dict[str, int] = {}
+    for h in hazards:
+        seen[h.kind.value] = seen.get(h.kind.value, 0) + h.occurrences
+    listed = ", ".join(f"{n} {k}" + (f" ({plural(seen[k], 'occurrence')})" if seen[k] != n else "")
+                       for k, n in found.items() if n)
+    return (f"vizalloc check: {plural(n_events, 'event')}, {plural(len(hazards), 'hazard')}"
+            f"{': ' + listed if listed else ''} -> {'FAIL' if failing else 'ok'}")
+
+
 def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
     """Shadow execution of the computes named by access hazards (those with captured values)."""
     from vizalloc.analysis.hazards import HazardKind
@@ -265,9 +288,5 @@ def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: s
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
         for r in shadows:
             out.write(inert_lines(r.summary()) + "\n\n")
-        total = sum(found.values())
-        listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
-        verdict = "FAIL" if failing else "ok"
-        out.write(f"vizalloc check: {model.n_events:,} events, {total} hazard(s)"
-                  f"{': ' + listed if listed else ''} -> {verdict}\n")
+        out.write(verdict_line(model.n_events, hazards, bool(failing)) + "\n")
     return 1 if failing else 0
