@@ -64,3 +64,26 @@ def test_fold_ids():
     assert fold_ids([5, 1]) == "1, 5"
     assert fold_ids(list(range(0, 60, 2)) + [61]) == "0-58 step 2, 61"
     assert fold_ids([1, 2, 4, 5, 7, 8, 10, 11, 13, 14]) == "1, 2, 4, ... 14 (10 in all)"
+
+
+def test_summary_and_check_count_in_words(tmp_path, capsys):
+    """'1 graph', '2 plans': each count with its word in the singular or plural; check's verdict
+    counts a report's occurrences as the report does."""
+    from tests.export.scenarios import mlp_chain
+    from vizalloc.trace.api import save
+    from vizalloc.trace.value import Trace, TraceHeader
+
+    path = tmp_path / "one.vztrace"
+    save(Trace(TraceHeader.new(), tuple(mlp_chain(1))), path)
+    assert main(["summary", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert main(["summary", str(path)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    for n, word in ((len(data["graphs"]), "graph"), (len(data["plans"]), "plan"), (data["bindings"], "binding"),
+                    (data["computes"], "compute")):
+        assert f" {n} {word}{'' if n == 1 else 's'}," in head or f" {n} {word}{'' if n == 1 else 's'};" in head, head
+    assert 1 in (len(data["graphs"]), data["bindings"], data["computes"])   # a singular was seen
+    main(["check", str(path)])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert re.match(r"vizalloc check: [\d,]+ events, \d+ hazards?[:]? ", last + " "), last
+    assert "hazard(s)" not in last
