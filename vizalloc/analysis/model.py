@@ -98,6 +98,27 @@ class TraceModel:
         info = self.tensors.get(tensor_id)
         return info.label if info is not None else f"#{tensor_id}"
 
+    def program_graph(self, graph_id: int) -> int:
+        """The graph of the program that ``graph_id`` is: the scheduler's own copy of a graph
+        (kind ``sched``) and a split's view of one (``view``) are that graph, followed through
+        ``source_graph``; any other graph (new, or a copy the program goes on building) is itself.
+        The one number every report gives a graph (``graph_name``)."""
+        seen = {graph_id}
+        g = self.graphs.get(graph_id)
+        while g is not None and g.kind in ("sched", "view") and g.source_graph >= 0 and g.source_graph not in seen:
+            seen.add(g.source_graph)
+            graph_id = g.source_graph
+            g = self.graphs.get(graph_id)
+        return graph_id
+
+    def graph_name(self, graph_id: int) -> str:
+        """How every report names a graph: ``graph #N``, N the program's graph (``program_graph``);
+        for the scheduler's copy or a split's view, which one: ``graph #0 (sched copy #3)``."""
+        p = self.program_graph(graph_id)
+        if p == graph_id:
+            return f"graph #{graph_id}"
+        return f"graph #{p} ({self.graphs[graph_id].kind} copy #{graph_id})"
+
     def root(self, tensor_id: int) -> int:
         info = self.tensors.get(tensor_id)
         return info.root if info is not None else tensor_id

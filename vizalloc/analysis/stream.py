@@ -78,7 +78,8 @@ OWNERS: dict[str, type] = {"model": TraceModel, "builder": Builder, "scan": Acce
 _KEY_KIND = {name: held.key for cls in OWNERS.values() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
              if held.viewed and held.key is not None}
 #: scalars noted at the start of an observed step (``owner.name``), and the id kind of their values
-_SCALARS = {f"{o}.{name}": held for o, cls in OWNERS.items() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
+_SCALARS = {f"{o}.{name}": held
+            for o, cls in OWNERS.items() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
             if held.how == "scalar"}
 #: containers a repeated step may add to (its own objects), with what the step makes of them; and
 #: the stream's own measures of that kind

@@ -190,7 +190,8 @@ def _render(data: dict[str, Any]) -> None:
                  f"\ngraph {fold_ids([x['graph_id'] for x in group])}")
         t.add_row(Text(which, overflow="fold"), str(p["n_nodes"]), fmt_bytes(p["plan_bytes"]) + ratio,
                   fmt_bytes(p["lower_bound_bytes"]), fmt_bytes(p["greedy_bytes"]),
-                  f"{fmt_bytes(p['fragmentation_bytes'])}\n{fmt_bytes(p['padding_bytes'])}", cell(", ".join(p["causes"])))
+                  f"{fmt_bytes(p['fragmentation_bytes'])}\n{fmt_bytes(p['padding_bytes'])}",
+                  cell(", ".join(p["causes"])))
     console.print(t)
 
     with_peak = [p for p in data["plans"] if p["live_at_peak"]]
