@@ -4,6 +4,10 @@ analysis skips most of the tokens; these traces check that what it then reports 
 object path reports. The ``kv_`` loops keep a cache, as llama.cpp does: each token reads the
 cache the token before wrote, and writes it (``ggml_cpy`` into it), with one graph computed
 again and again (``kv_reuse``, llama.cpp's graph reuse) or a new graph per token.
+``reuse_unset_input`` is what llama.cpp's reused decode graph does with its ``inp_mixed_embd``
+input at a text-only token: the host sets it once, never again, so each token's first node
+reads the bytes the token before left there (of a node planned over the input once it was
+read), and those bytes were written twice in that token, a small node's, then a bigger one's.
 
     >>> events = record("plain", tokens=6)
     >>> sum(type(e).__name__ == "ComputeEnd" for e in events)
@@ -29,7 +33,7 @@ from vizalloc.trace.recorder import ListRecorder
 D = 8
 SCENARIOS = ("plain", "reuse", "replan_after", "free_after", "read_old", "rename_old", "clear_old", "shared_each_step",
              "reuse_then_other", "two_shapes", "kv_reuse", "kv_rebuild", "kv_reuse_replan_after",
-             "kv_rebuild_free_after", "kv_reuse_clobber_cache")
+             "kv_rebuild_free_after", "kv_reuse_clobber_cache", "reuse_unset_input")
 
 
 def _weights(ctx: Context) -> dict[str, Tensor]:
@@ -109,6 +113,8 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
                 graph_compute(backend, g)
                 tensor_get(out)
             return rec.events
+        if scenario == "reuse_unset_input":
+            return _unset_input(rec, buft, backend, w, tokens)
         if scenario in ("reuse", "reuse_then_other"):
             ctx = Context(name="token")
             g, x, out = _graph(ctx, w)
@@ -167,4 +173,33 @@ def record(scenario: str, tokens: int = 12) -> list[ev.Event]:
             clear_tensor_pointers(outs[5])
             clear_tensor_pointers(kept[6])
             tensor_get(outs[-1])
+    return rec.events
+
+
+def _unset_input(rec: ListRecorder, buft: BufferType, backend: CPUBackend, w: dict[str, Tensor],
+                 tokens: int) -> list[ev.Event]:
+    """One graph computed again, its input set once (as a captured process: inputs it may write
+    unseen are not judged): ``small`` is planned over the input's first bytes once the input is
+    read, ``big`` over all of them once ``small`` is free, so the next token reads ``big``'s."""
+    from vizalloc.trace import recorder
+
+    recorder.emit(ev.ProcessCaptured, "decode_loops", 1, "0.26.0", "", "0.26.0", "", loc=None)
+    ctx = Context(name="token")
+    x = ctx.new_tensor_2d(F32, D, D, name="inp_unset")
+    set_input(x)
+    s = ops.sum_rows(ctx, x)                   # the input's one reader: its bytes are free after it
+    small = ops.scale(ctx, s, 3.0)             # s has two consumers: not in place, over the input
+    t2 = ops.scale(ctx, s, 2.0)                # in place of s
+    u = ops.add(ctx, t2, small)                # in place of t2: small is free again
+    big = ops.mul(ctx, w["wq"], u)             # the input's bytes, all of them
+    out = ops.sum(ctx, big)
+    set_output(out)
+    g = Graph()
+    g.build_forward_expand(small)              # small before t2 in the node order
+    g.build_forward_expand(out)
+    GraphAllocator(buft).alloc_graph(g)
+    tensor_set(x, np.ones(x.nelements, dtype=np.float32))
+    for _ in range(tokens + 1):
+        graph_compute(backend, g)
+        tensor_get(out)
     return rec.events

@@ -148,6 +148,84 @@ def test_a_token_that_reads_what_the_token_before_wrote_is_skipped(scenario: str
         stream_of_columns(events, 1 << 20)
 
 
+def test_a_token_reading_bytes_written_twice_in_the_token_before_is_skipped() -> None:
+    """llama.cpp's reused decode graph at small micro-batches: each token's first node reads an
+    input the host set once, whose bytes the token before wrote twice (a small node, then a
+    bigger one over it). Moving the observed token's writes for the last token once rewrote
+    each write range apart and cut the bigger writer's interval in two: the last token's read
+    then saw two pieces where the observed token saw one, and the proof failed."""
+    events = decode_loops.record("reuse_unset_input", tokens=12)
+    model, hazards, stream = stream_of_columns(events, 1 << 20)
+    assert stream.n_skipped_steps == 9 and [r.relative for r in stream.runs.runs] == [True]
+    expected = build_model(events)
+    assert outputs(model, hazards) == outputs(expected, find_hazards(expected))
+
+
+def _unmoved(monkeypatch: Any) -> None:
+    """A proof that fails: the last step of a relative run reads the writes as the observed step left them."""
+    from vizalloc.analysis import stream as stream_mod
+
+    monkeypatch.setattr(stream_mod.StreamAnalysis, "_move_writes", lambda self, run, steps: None)
+
+
+def test_a_failed_proof_falls_back_to_analysing_every_step(monkeypatch: Any) -> None:
+    """When a skipped repetition's last step reads other state than its observed steps, the
+    trace is read again and every step analysed: the result is that of repeat=False."""
+    from vizalloc.analysis import stream as stream_mod
+
+    events = decode_loops.record("kv_reuse", tokens=12)
+    _unmoved(monkeypatch)
+    with pytest.raises(stream_mod.RepetitionError):   # the batches themselves cannot be read again
+        analyse_columns(iter_columns(TraceFileReader(trace_file(events)), 1 << 20))
+    reads: list[bool] = []
+
+    def read() -> Any:
+        reads.append(True)
+        return iter_columns(TraceFileReader(trace_file(events)), 1 << 20)
+
+    model, hazards = analyse_columns(read)
+    assert len(reads) == 2
+    plain = analyse_columns(read, repeat=False)
+    expected = build_model(events)
+    assert outputs(model, hazards) == outputs(*plain) == outputs(expected, find_hazards(expected))
+
+
+def test_check_and_summary_fall_back_on_their_own(monkeypatch: Any, tmp_path: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The commands' analysis of a file (``cli.check.analyse_file``) reads it again after a failed
+    proof; check and summary print what they print with VIZALLOC_REPEAT=0, exit 0."""
+    from vizalloc.cli import main
+
+    path = tmp_path / "kv.vztrace"
+    path.write_bytes(trace_file(decode_loops.record("kv_reuse", tokens=12)).getvalue())
+    printed = {}
+    for repeat in ("0", "1"):
+        monkeypatch.setenv("VIZALLOC_REPEAT", repeat)
+        if repeat == "1":
+            _unmoved(monkeypatch)
+        for command in ("check", "summary"):
+            assert main([command, str(path)]) == 0
+            printed[repeat, command] = capsys.readouterr().out
+    assert printed["1", "check"] == printed["0", "check"] and "-> ok" in printed["1", "check"]
+    assert printed["1", "summary"] == printed["0", "summary"]
+
+
+def test_a_template_keeps_each_tensors_state_by_name() -> None:
+    """``runs.Template.state``: per tensor, the builder's and the access pass' state by name, as
+    the template step left it (the cache-writing CPY's destination, its last write in the step)."""
+    from vizalloc.analysis.runs import TensorState
+
+    events = decode_loops.record("kv_rebuild", tokens=8)
+    model, _, stream = stream_of_columns(events, 1 << 20)
+    (run,) = stream.runs.runs
+    states = run.template.state
+    assert states and all(type(s) is TensorState for s in states.values())
+    lo, hi = run.observed[0].seqs
+    assert all(s.last_write is None or lo <= s.last_write <= hi for s in states.values())
+    cpy = [t for t, s in states.items() if s.cpy_dst is not None]
+    assert cpy and all(model.tensors[t].op == "CPY" for t in cpy)
+
+
 def test_a_token_that_finds_hazards_is_analysed_every_time() -> None:
     """A step whose analysis finds something is never skipped (its findings would have to be repeated)."""
     events = decode_loops.record("reuse_then_other", tokens=8)

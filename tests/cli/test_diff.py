@@ -53,7 +53,7 @@ def test_diff_columns_explain_themselves(tmp_path, capsys):
     assert main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if "tensor" in line and "change" in line)
-    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["tensor", "change", "A slot:offset+bytes",
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == ["tensor", "change", "bytes", "A slot:offset+bytes",
                                                                  "B slot:offset+bytes"]
     assert out.count("tensors are matched by name") == 1
     assert "t (2nd of that name)" in out

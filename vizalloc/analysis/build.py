@@ -15,9 +15,10 @@ node lists of computes; everything else is the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, ClassVar
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.state import Held
 from vizalloc.analysis.records import (
     NEVER, BindingInfo, BufferInfo, ComputeInfo, GraphInfo, GraphSnapshot, Placement, PlanInfo, SchedInfo,
     TensorInfo, cpy_destination,
@@ -42,6 +43,17 @@ def _no_history(items: Any) -> list[int]:
 
 class Builder:
     """The one pass. Handlers are looked up by event class; unknown kinds are kept but ignored."""
+
+    #: every attribute, as the stream analysis' repetition proof sees it (``state.Held``)
+    STATE: ClassVar[dict[str, Held]] = {
+        "m": Held.link(), "keep": Held.link(), "hooks": Held.link(), "watch": Held.link(), "runs": Held.link(),
+        "cpy_dst": Held.map("tensor", grows=True), "current": Held.map("tensor", grows=True),
+        "alias_of": Held.map("tensor", grows=True), "pool_of": Held.map("tensor", grows=True),
+        "galloc_bound": Held.map("galloc", grows=True, nested=True), "galloc_sched": Held.map("galloc"),
+        "open_sched": Held.scalar("sched"), "open_plan": Held.scalar("plan", "plan_id"),
+        "open_bindings": Held.map("binding"), "open_compute": Held.scalar("compute", "compute_id"),
+        "pending_replans": Held.map("galloc"), "i": Held.counter(),
+    }
 
     def __init__(self, events: list[ev.Event], *, keep_events: bool = True) -> None:
         self.m = TraceModel(events)
@@ -381,7 +393,8 @@ class Builder:
                 self.hooks.bound(b)
 
     # -- scheduler ----------------------------------------------------------------------
-    def _sched(self, sched_id: int) -> SchedInfo:
+    def sched(self, sched_id: int) -> SchedInfo:
+        """The scheduler's record, made at its first mention (the stream adds skipped steps' splits to it)."""
         s = self.m.scheds.get(sched_id)
         if s is None:
             s = self.m.scheds[sched_id] = SchedInfo(sched_id)
@@ -389,26 +402,26 @@ class Builder:
 
     def _associate(self, galloc_id: int, sched_id: int) -> None:
         self.galloc_sched[galloc_id] = sched_id
-        self._sched(sched_id).gallocs.add(galloc_id)
+        self.sched(sched_id).gallocs.add(galloc_id)
 
     def _SchedReset(self, e: ev.SchedReset) -> None:
-        s = self._sched(e.sched_id)
+        s = self.sched(e.sched_id)
         s.resets.append(e.seq)
         for g in s.gallocs:
             self._make_stale(g, e.seq, "reset")
         self.open_sched = -1
 
     def _SchedSplit(self, e: ev.SchedSplit) -> None:
-        self._sched(e.sched_id).splits.append(e)
+        self.sched(e.sched_id).splits.append(e)
         self.open_sched = e.sched_id
 
     def _SchedCopy(self, e: ev.SchedCopy) -> None:
-        self._sched(e.sched_id).copies.append(e)
+        self.sched(e.sched_id).copies.append(e)
         self.m.input_copies.add(e.copy_id)
         self.open_sched = e.sched_id
 
     def _SchedAlloc(self, e: ev.SchedAlloc) -> None:
-        self._sched(e.sched_id).allocs.append(e)
+        self.sched(e.sched_id).allocs.append(e)
         self.open_sched = -1
 
     # -- compute ----------------------------------------------------------------------

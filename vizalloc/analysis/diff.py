@@ -15,7 +15,9 @@ tensor names and cause.
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vizalloc.analysis.hazards import Hazard, find_hazards
@@ -45,6 +47,26 @@ class TensorChange:
             return "removed"
         return "changed"
 
+    @property
+    def delta(self) -> int:
+        """What it adds to B's plan over A's: its bytes when added, minus them when removed."""
+        return max(self.nbytes_b, 0) - max(self.nbytes_a, 0)
+
+    def explains(self) -> tuple[int, int, str, int]:
+        """Sort key: what explains a plan's size first (the most bytes removed, added or resized),
+        moves of the same bytes last."""
+        return (-abs(self.delta), _STATUS_ORDER[self.change], self.name, self.position)
+
+    @property
+    def change(self) -> str:
+        """``status``, with a change told apart as ``resized`` or ``moved`` (same bytes elsewhere)."""
+        if self.status != "changed":
+            return self.status
+        return "resized" if self.nbytes_a != self.nbytes_b else "moved"
+
+
+_STATUS_ORDER = {"removed": 0, "added": 1, "resized": 2, "moved": 3}
+
 
 @dataclass(frozen=True, slots=True)
 class PlanDiff:
@@ -62,6 +84,14 @@ class PlanDiff:
     def is_empty(self) -> bool:
         return not self.tensors and self.bytes_a == self.bytes_b
 
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per change kind: (tensors, bytes they add to B's plan)."""
+        out: dict[str, tuple[int, int]] = {}
+        for t in self.tensors:
+            n, b = out.get(t.change, (0, 0))
+            out[t.change] = (n + 1, b + t.delta)
+        return {k: out[k] for k in _STATUS_ORDER if k in out}
+
 
 @dataclass(frozen=True, slots=True)
 class TraceDiff:
@@ -72,6 +102,8 @@ class TraceDiff:
     hazards_removed: tuple[Hazard, ...]
     peak_buffer_bytes_a: int
     peak_buffer_bytes_b: int
+    #: the runs' settings that differ (``settings_diff``): (setting, A's value, B's value)
+    settings: tuple[tuple[str, str | None, str | None], ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -104,11 +136,12 @@ def diff_plans(a: TraceModel, plan_a: PlanInfo, b: TraceModel, plan_b: PlanInfo)
     """Tensors whose slot, offset or size differ between two plans, and the buffer sizes."""
     alloc_a, alloc_b = _allocations(a, plan_a), _allocations(b, plan_b)
     changes = []
-    for key in sorted(set(alloc_a) | set(alloc_b)):
+    for key in set(alloc_a) | set(alloc_b):
         sa, oa, na = alloc_a.get(key, (-1, -1, -1))
         sb, ob, nb = alloc_b.get(key, (-1, -1, -1))
         if (sa, oa, na) != (sb, ob, nb):
             changes.append(TensorChange(key[0], key[1], sa, oa, na, sb, ob, nb))
+    changes.sort(key=TensorChange.explains)
     return PlanDiff(plan_a.plan_id, plan_b.plan_id, tuple(sum(c) for c in plan_a.chunk_sizes),
                     tuple(sum(c) for c in plan_b.chunk_sizes), tuple(changes))
 
@@ -134,13 +167,59 @@ def peak_buffer_bytes(model: TraceModel) -> int:
     return peak
 
 
+def run_settings(model: TraceModel, argv: Sequence[str] = ()) -> dict[str, str]:
+    """The settings a run was made with, as its command line gave them: ``--name value`` (or
+    ``--name=value``; a flag alone has the value ``""``), and the other words by position
+    (``#1``, ...). The command of the captured process (``ProcessCaptured.program``) where the
+    trace has one, else ``argv`` (the trace header's).
+
+        >>> run_settings(TraceModel([]), ["x.py", "--ctx", "6144", "-v", "--fa=on"])
+        {'#0': 'x.py', '--ctx': '6144', '-v': '', '--fa': 'on'}
+    """
+    words: Sequence[str] = argv
+    if model.captured:
+        try:
+            words = shlex.split(model.captured[0].program)
+        except ValueError:
+            words = model.captured[0].program.split()
+    out: dict[str, str] = {}
+    i = n = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and len(w) > 1:
+            name, eq, value = w.partition("=")
+            if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+                i += 1
+            out[name] = value
+        else:
+            out[f"#{n}"] = w
+            n += 1
+        i += 1
+    if model.captured and model.captured[0].ggml_version:
+        out["ggml"] = model.captured[0].ggml_version
+    return out
+
+
+def settings_diff(a: dict[str, str], b: dict[str, str]) -> tuple[tuple[str, str | None, str | None], ...]:
+    """The settings whose values differ (None: not given), in A's order then B's.
+
+        >>> settings_diff({"--ctx": "4096", "--generate": "8"}, {"--generate": "16", "--ubatch": "96"})
+        (('--ctx', '4096', None), ('--generate', '8', '16'), ('--ubatch', None, '96'))
+    """
+    keys = list(dict.fromkeys([*a, *b]))
+    return tuple((k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k))
+
+
 def _hazard_key(model: TraceModel, h: Hazard) -> tuple[str, str, str, str]:
     return (h.kind.value, h.tensor.name if h.tensor else "", h.other.name if h.other else "", h.cause)
 
 
 def diff_models(a: TraceModel, b: TraceModel, *, hazards_a: list[Hazard] | None = None,
-                hazards_b: list[Hazard] | None = None) -> TraceDiff:
-    """Everything that differs between two traces' models."""
+                hazards_b: list[Hazard] | None = None, argv_a: Sequence[str] = (),
+                argv_b: Sequence[str] = ()) -> TraceDiff:
+    """Everything that differs between two traces' models (``argv_*``: the command lines their
+    headers record, for traces not captured from a process)."""
     plans = []
     un_a: list[int] = []
     un_b: list[int] = []
@@ -174,4 +253,5 @@ def diff_models(a: TraceModel, b: TraceModel, *, hazards_a: list[Hazard] | None 
             left_a[k] -= 1
             removed.append(h)
     return TraceDiff(tuple(plans), tuple(un_a), tuple(un_b), tuple(added), tuple(removed),
-                     peak_buffer_bytes(a), peak_buffer_bytes(b))
+                     peak_buffer_bytes(a), peak_buffer_bytes(b),
+                     settings_diff(run_settings(a, argv_a), run_settings(b, argv_b)))

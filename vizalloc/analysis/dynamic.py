@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar
 
 from vizalloc.analysis.bytemap import ByteMap
 from vizalloc.analysis.hazards import (
@@ -49,6 +50,7 @@ from vizalloc.analysis.hazards import (
     tensor_ref,
 )
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.state import Held
 from vizalloc.analysis.records import FLAG_INPUT, Placement, TensorInfo, cpy_destination
 from vizalloc.trace import events as ev
 
@@ -67,6 +69,17 @@ class AccessScan:
     The helpers below take the ``step`` a finding counts at: the compute id of a node's
     access, or of a host access; ``NEXT_STEP`` for one that prepares the next compute.
     """
+
+    #: every attribute, as the stream analysis' repetition proof sees it (``state.Held``)
+    STATE: ClassVar[dict[str, Held]] = {
+        "model": Held.link(), "col": Held.link(), "tensors": Held.ref("model.tensors"),
+        "cur": Held.map("tensor", grows=True), "placed_seq": Held.map("tensor", grows=True),
+        "last_write": Held.map("tensor", grows=True), "maps": Held("bytemaps", "buffer"),
+        "freed": Held.map("buffer"), "freed_loc": Held.map("buffer"), "cpy_dst": Held.ref("builder.cpy_dst"),
+        "compute_id": Held.scalar("compute"), "last_compute": Held.scalar("compute"),
+        "after_binding": Held.scalar("binding"), "next_placement": Held.counter(),
+        "fast": Held("fast", "tensor", grows=True),
+    }
 
     def __init__(self, model: TraceModel, col: Collector, cpy_dst: dict[int, int]) -> None:
         self.model = model

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import Placement
+from vizalloc.analysis.records import Placement, tensor_label
 from vizalloc.gcpause import gc_paused
 from vizalloc.text import inert
 from vizalloc.trace import events as ev
@@ -128,7 +128,8 @@ class TensorRef:
 
     @property
     def label(self) -> str:
-        return f"'{inert(self.name)}' (#{self.tensor_id})" if self.name else f"#{self.tensor_id}"
+        shown = tensor_label(self.tensor_id, self.name, self.op, self.ne, self.dtype)
+        return f"'{inert(shown)}' (#{self.tensor_id})" if shown != f"#{self.tensor_id}" else shown
 
     def describe(self) -> list[str]:
         shape = ",".join(str(n) for n in self.ne)
@@ -226,9 +227,9 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def qlabel(model: TraceModel, tensor_id: int) -> str:
     """A tensor's name quoted and inert (``'h_pre'``), or ``#id`` when it has none."""
     info = model.tensors.get(tensor_id)
-    if info is None or not info.name:
+    if info is None or info.label == f"#{tensor_id}":
         return f"#{tensor_id}"
-    return f"'{inert(info.name)}'"
+    return f"'{inert(info.label)}'"
 
 
 def _loc(loc: ev.Location | None) -> str:

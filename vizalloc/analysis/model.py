@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from vizalloc.analysis.records import (
     BindingInfo, BufferInfo, ComputeInfo, GraphInfo, HistoryEntry, MapEntry, Placement, PlacementState, PlanInfo,
     SchedInfo, TensorInfo, history_kind,
 )
+from vizalloc.analysis.state import Held
 from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
 
@@ -71,6 +72,19 @@ class TraceModel:
     _seq_index: dict[int, int] | None = None
     _map_index: dict[int, Any] | None = None
 
+    #: every attribute, as the stream analysis' repetition proof sees it (``state.Held``)
+    STATE: ClassVar[dict[str, Held]] = {
+        "events": Held.log(), "tensors": Held.map("tensor", grows=True), "buffers": Held.map("buffer"),
+        "graphs": Held.map("graph", grows=True), "plans": Held.map("plan"),
+        "bindings": Held.map("binding", grows=True), "scheds": Held.map("sched"),
+        "computes": Held.map("compute", grows=True), "placements": Held("list", grows=True),
+        "replans": Held.log(), "copies": Held.log(), "snapshots": Held.log(), "markers": Held.log(),
+        "contexts": Held.map("context", grows=True), "input_copies": Held("set", "tensor"),
+        "captured": Held.log(), "replay_mismatches": Held.log(),
+        "n_streamed": Held.counter(), "streamed_last_seq": Held.counter(),
+        "_seq_index": Held.link(), "_map_index": Held.link(),
+    }
+
     @property
     def seq_index(self) -> dict[int, int]:
         """Position in ``events`` of each seq (built on first use)."""
@@ -85,6 +99,27 @@ class TraceModel:
     def label(self, tensor_id: int) -> str:
         info = self.tensors.get(tensor_id)
         return info.label if info is not None else f"#{tensor_id}"
+
+    def program_graph(self, graph_id: int) -> int:
+        """The graph of the program that ``graph_id`` is: the scheduler's own copy of a graph
+        (kind ``sched``) and a split's view of one (``view``) are that graph, followed through
+        ``source_graph``; any other graph (new, or a copy the program goes on building) is itself.
+        The one number every report gives a graph (``graph_name``)."""
+        seen = {graph_id}
+        g = self.graphs.get(graph_id)
+        while g is not None and g.kind in ("sched", "view") and g.source_graph >= 0 and g.source_graph not in seen:
+            seen.add(g.source_graph)
+            graph_id = g.source_graph
+            g = self.graphs.get(graph_id)
+        return graph_id
+
+    def graph_name(self, graph_id: int) -> str:
+        """How every report names a graph: ``graph #N``, N the program's graph (``program_graph``);
+        for the scheduler's copy or a split's view, which one: ``graph #0 (sched copy #3)``."""
+        p = self.program_graph(graph_id)
+        if p == graph_id:
+            return f"graph #{graph_id}"
+        return f"graph #{p} ({self.graphs[graph_id].kind} copy #{graph_id})"
 
     def root(self, tensor_id: int) -> int:
         info = self.tensors.get(tensor_id)

@@ -12,6 +12,7 @@ is an event's ``seq``.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,8 +124,35 @@ class TensorInfo:
 
     @property
     def label(self) -> str:
-        """The name as recorded (raw data: show it through ``vizalloc.text.inert``), or ``#id`` when unnamed."""
-        return self.name if self.name else f"#{self.tensor_id}"
+        """How reports name it (``tensor_label``; raw data: show it through ``vizalloc.text.inert``)."""
+        return tensor_label(self.tensor_id, self.name, self.op, self.ne, self.dtype)
+
+
+#: the names ggml gives a graph's nameless tensors (``ggml_visit_parents``), not the program's
+_GGML_NAME = re.compile(r"(?:node|leaf)_\d+")
+
+
+def tensor_label(tensor_id: int, name: str, op: str, ne: Sequence[int], dtype: str) -> str:
+    """How every report names a tensor: its name; when it has none of its own (empty, or the
+    ``node_N``/``leaf_N`` ggml made up for it: whisper.cpp names few tensors), its op and shape;
+    a tensor with neither is ``#id``.
+
+        >>> tensor_label(191, "node_191", "MUL_MAT", (1500, 384, 1, 1), "f32")
+        'mul_mat 1500×384'
+        >>> tensor_label(3, "leaf_3", "NONE", (384, 1, 1, 1), "f16"), tensor_label(4, "kq-5", "MUL_MAT", (8,), "f32")
+        ('f16 384', 'kq-5')
+        >>> tensor_label(7, "", "", (), "")
+        '#7'
+    """
+    if name and not _GGML_NAME.fullmatch(name):
+        return name
+    dims = list(ne)
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    what = op.lower() if op and op != "NONE" else dtype
+    if not what or not dims:
+        return name or f"#{tensor_id}"
+    return f"{what} {'×'.join(str(d) for d in dims)}"
 
 
 @dataclass(slots=True)

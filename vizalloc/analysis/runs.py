@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,15 +41,37 @@ from vizalloc.analysis.records import (
 from vizalloc.analysis.repeat import Shift
 
 
+class TensorState(NamedTuple):
+    """A template tensor's analysis state right after its step was analysed; None where absent."""
+
+    current: int | None      # model builder: the number of its current placement
+    alias_of: int | None     # model builder: the tensor whose bytes it shares
+    pool_of: Any             # model builder: its pool
+    cur: int | None          # access pass: the number of its current placement
+    fast: bool               # access pass: whether it has a fast-path entry
+    placed_seq: int | None   # access pass: when it was placed
+    last_write: int | None   # access pass: the seq of its last write
+    cpy_dst: int | None      # model builder: the tensor a CPY into it writes
+
+    def moved(self, run: Run, j: int) -> TensorState:
+        """The same state ``j`` steps of ``run`` later (placement numbers, ids and seqs moved)."""
+        return self._replace(
+            current=None if self.current is None else run.placement_no(self.current, j),
+            alias_of=None if self.alias_of is None else run.id("tensor", self.alias_of, j),
+            cur=None if self.cur is None else run.placement_no(self.cur, j),
+            placed_seq=None if self.placed_seq is None else run.seq(self.placed_seq, j),
+            last_write=None if self.last_write is None else run.seq(self.last_write, j),
+            cpy_dst=None if self.cpy_dst is None else run.id("tensor", self.cpy_dst, j))
+
+
 @dataclass
 class Template:
     """The second analysed step of a repetition: its objects and their analysis state, as they
     stood when the skipped steps began (so later changes to these objects do not leak into them)."""
 
     tensors: dict[int, TensorInfo]
-    # per tensor: builder (current placement, alias, pool) and access pass (current placement,
-    # placed seq, last write, CPY destination) state; None where absent
-    state: dict[int, tuple[Any, ...]]
+    # per tensor: its model builder and access pass state
+    state: dict[int, TensorState]
     placements: list[Placement]          # in placement order
     first_placement: int                 # number of the first one
     graphs: dict[int, GraphInfo]
@@ -249,14 +271,7 @@ def continues(run: Run, template: Template, shift: Shift, placement_move: int, f
         t = fresh.id("tensor", t0, j)
         if template.tensors.get(t) != fresh.tensor_info(t0, j):
             return None
-        state = old.state[t0]
-        moved = (None if state[0] is None else fresh.placement_no(state[0], j),
-                 None if state[1] is None else fresh.id("tensor", state[1], j), state[2],
-                 None if state[3] is None else fresh.placement_no(state[3], j), state[4],
-                 None if state[5] is None else fresh.seq(state[5], j),
-                 None if state[6] is None else fresh.seq(state[6], j),
-                 None if state[7] is None else fresh.id("tensor", state[7], j))
-        if template.state.get(t) != moved:
+        if template.state.get(t) != old.state[t0].moved(fresh, j):
             return None
     for pos in range(len(old.placements)):
         if template.placements[pos] != fresh.placement(pos, j):
@@ -375,14 +390,14 @@ def capture(tensors: Sequence[int], graphs: Sequence[int], bindings: Sequence[in
             if idx >= first_placement:
                 by_galloc.setdefault(g, []).append(idx - first_placement)
     infos: dict[int, TensorInfo] = {}
-    state: dict[int, tuple[Any, ...]] = {}
+    state: dict[int, TensorState] = {}
     for t in tensors:
         info = model.tensors[t]
         infos[t] = replace(info, placements=list(info.placements))
         cur = scan.cur.get(t)
-        state[t] = (builder.current.get(t), builder.alias_of.get(t), builder.pool_of.get(t),
-                    None if cur is None else cur.index, t in scan.fast, scan.placed_seq.get(t),
-                    scan.last_write.get(t), builder.cpy_dst.get(t))
+        state[t] = TensorState(builder.current.get(t), builder.alias_of.get(t), builder.pool_of.get(t),
+                               None if cur is None else cur.index, t in scan.fast, scan.placed_seq.get(t),
+                               scan.last_write.get(t), builder.cpy_dst.get(t))
     gs = {g: replace(model.graphs[g], nodes=list(model.graphs[g].nodes), leafs=list(model.graphs[g].leafs),
                      cleared_seqs=list(model.graphs[g].cleared_seqs)) for g in graphs}
     bs = {b: replace(model.bindings[b], placements=list(model.bindings[b].placements), graph=_copy_snapshot(
@@ -413,27 +428,27 @@ def materialize(table: RunTable, kind: str, value: int, model: Any, builder: Any
         model.tensors[value] = info
         for idx in info.placements:
             _make_placement(table, idx, model)
-        current, alias, pool, cur, fast, placed, last, cpy = run.template.state[t0]
-        if current is not None:
-            builder.current[value] = run.placement_no(current, k)
-        if alias is not None:
-            builder.alias_of[value] = run.id("tensor", alias, k)
-        if pool is not None:
-            builder.pool_of[value] = pool
-        if cpy is not None:
-            builder.cpy_dst[value] = run.id("tensor", cpy, k)
-        if cur is not None:
-            p = model.placements[run.placement_no(cur, k)]
+        st = run.template.state[t0].moved(run, k)
+        if st.current is not None:
+            builder.current[value] = st.current
+        if st.alias_of is not None:
+            builder.alias_of[value] = st.alias_of
+        if st.pool_of is not None:
+            builder.pool_of[value] = st.pool_of
+        if st.cpy_dst is not None:
+            builder.cpy_dst[value] = st.cpy_dst
+        if st.cur is not None:
+            p = model.placements[st.cur]
             scan.cur[value] = p
-            if fast:
+            if st.fast:
                 pm = scan.maps.get(p.buffer_id)
                 if pm is None:
                     pm = scan.maps[p.buffer_id] = ByteMap()
                 scan.fast[value] = (p.buffer_id, p.offset, p.offset + p.nbytes, p.alias, pm, p)
-        if placed is not None:
-            scan.placed_seq[value] = run.seq(placed, k)
-        if last is not None:
-            scan.last_write[value] = run.seq(last, k)
+        if st.placed_seq is not None:
+            scan.placed_seq[value] = st.placed_seq
+        if st.last_write is not None:
+            scan.last_write[value] = st.last_write
         return info
     record = run.record(kind, value)
     run.made[(kind, value)] = record

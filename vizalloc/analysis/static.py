@@ -60,7 +60,8 @@ def _check_binding(model: TraceModel, b: BindingInfo, col: Collector) -> None:
                 def kept(p: Placement = p, root: int = root) -> Hazard:  # made at the end: bind the loop's values
                     return Hazard(
                         HazardKind.DANGLING, seq, tensor_ref(model, root, p), None, p.buffer_id, ((p.offset, p.end),),
-                        access=f"kept in graph #{b.graph_id} by binding #{b.binding_id} (galloc #{b.galloc_id})",
+                        access=f"kept in {model.graph_name(b.graph_id)} by binding #{b.binding_id} "
+                               f"(galloc #{b.galloc_id})",
                         access_loc=b.loc, other_seq=model.buffers[p.buffer_id].freed_seq,
                         other_loc=model.buffers[p.buffer_id].freed_loc,
                         detail=f"buffer #{p.buffer_id} was freed at seq {model.buffers[p.buffer_id].freed_seq}"
@@ -98,15 +99,17 @@ def _overlap(model: TraceModel, b: BindingInfo, col: Collector, spans: dict[int,
 
     def make() -> Hazard:
         if kind is HazardKind.STALE_OVERLAP:
-            detail = (f"{_stale_text(model, b, px, py, x_stale, y_stale)}; both are live in graph #{b.graph_id} "
+            detail = (f"{_stale_text(model, b, px, py, x_stale, y_stale)}; both are live in "
+                      f"{model.graph_name(b.graph_id)} "
                       f"(first write, last read by node index): {qlabel(model, x[2])} {_span(sx)}, "
                       f"{qlabel(model, y[2])} {_span(sy)}")
         else:
-            detail = (f"predicted from the plan: both roots are live in graph #{b.graph_id} "
+            detail = (f"predicted from the plan: both roots are live in {model.graph_name(b.graph_id)} "
                       f"({qlabel(model, x[2])} {_span(sx)}, {qlabel(model, y[2])} {_span(sy)}) but share bytes")
         return Hazard(
             kind, seq, tensor_ref(model, x[2], px), tensor_ref(model, y[2], py), px.buffer_id, ((lo, hi),),
-            access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}, plan #{b.plan_id})",
+            access=f"binding #{b.binding_id} of {model.graph_name(b.graph_id)} (galloc #{b.galloc_id}, "
+                   f"plan #{b.plan_id})",
             access_loc=b.loc, other_seq=py.seq, other_loc=py.loc, detail=detail, binding_id=b.binding_id)
 
     if kind is HazardKind.USE_AFTER_REUSE:
@@ -333,8 +336,8 @@ def _check_plan_match(model: TraceModel, b: BindingInfo, col: Collector, sig: tu
         return Hazard(
             HazardKind.PLAN_MISMATCH, b.begin_seq, tensor_ref(model, now, model.placement_at(now, b.end_seq))
             if now >= 0 else None, tensor_ref(model, was) if was >= 0 else None, -1, (),
-            access=f"binding #{b.binding_id} of graph #{b.graph_id} reused plan #{plan.plan_id} "
-                   f"(made for graph #{plan.graph_id} at seq {plan.begin_seq})",
+            access=f"binding #{b.binding_id} of {model.graph_name(b.graph_id)} reused plan #{plan.plan_id} "
+                   f"(made for {model.graph_name(plan.graph_id)} at seq {plan.begin_seq})",
             access_loc=b.loc, other_seq=plan.begin_seq, other_loc=plan.loc, detail="\n".join(lines),
             binding_id=b.binding_id, node_index=pos)
 
@@ -379,9 +382,10 @@ def _check_leaf_entries(model: TraceModel, b: BindingInfo, col: Collector) -> No
                 HazardKind.PLAN_OVERFLOW, b.begin_seq, tensor_ref(model, now, p), tensor_ref(model, covered[0][0],
                                                                                           covered[0][1]),
                 p.buffer_id, tuple(merge_ranges([(max(q.offset, entry_end), min(q.end, p.end)) for _, q in covered])),
-                access=f"binding #{b.binding_id} of graph #{b.graph_id} (galloc #{b.galloc_id}) placed leaf {j} "
+                access=f"binding #{b.binding_id} of {model.graph_name(b.graph_id)} (galloc #{b.galloc_id}) "
+                       f"placed leaf {j} "
                        f"{qlabel(model, now)} ({p.nbytes} bytes) at the offset of plan #{plan.plan_id}'s entry for "
-                       f"{qlabel(model, was)} ({w_info.nbytes} bytes, graph #{plan.graph_id})",
+                       f"{qlabel(model, was)} ({w_info.nbytes} bytes, {model.graph_name(plan.graph_id)})",
                 access_loc=b.loc, other_seq=covered[0][1].seq, other_loc=covered[0][1].loc,
                 detail=f"{p.end - entry_end} bytes past the entry, [{entry_end}, {p.end}), cover "
                        + ", ".join(f"{qlabel(model, t)} [{q.offset}, {q.end})" for t, q in covered)

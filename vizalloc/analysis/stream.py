@@ -34,9 +34,9 @@ the access pass' last writes, which are moved along for the last step
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from vizalloc.analysis.observe import (
 )
 from vizalloc.analysis.records import BindingInfo
 from vizalloc.analysis.repeat import Repetition, Shift, cut_steps, repetitions
+from vizalloc.analysis.state import SIZED
 from vizalloc.analysis.static import BindingChecks, ReplanChecks, check_replay
 from vizalloc.errors import VizallocError
 from vizalloc.gcpause import gc_paused
@@ -68,18 +69,22 @@ REPEATABLE = frozenset(SCHEMA[c].index for c in (
     ev.TensorPlaced, ev.TensorCleared, ev.GraphCreated, ev.GraphExpanded, ev.BindingBegin, ev.BindingEnd,
     ev.ComputeBegin, ev.NodeCompute, ev.ComputeEnd, ev.TensorSet, ev.TensorGet, ev.SchedSplit))
 
+T = TypeVar("T")
+
+#: the passes whose state a step's observation covers, by the names ``Held.ref`` uses; each
+#: declares its attributes in ``STATE`` (``state.py``), and the lists below are made from those
+OWNERS: dict[str, type] = {"model": TraceModel, "builder": Builder, "scan": AccessScan}
 #: id kind of the keys of each observed container
-_KEY_KIND = {
-    "tensors": "tensor", "current": "tensor", "alias_of": "tensor", "pool_of": "tensor", "cpy_dst": "tensor",
-    "cur": "tensor", "placed_seq": "tensor", "last_write": "tensor", "fast": "tensor", "input_copies": "tensor",
-    "buffers": "buffer", "maps": "buffer", "freed": "buffer", "freed_loc": "buffer", "graphs": "graph",
-    "plans": "plan", "bindings": "binding", "computes": "compute", "contexts": "context", "scheds": "sched",
-    "galloc_bound": "galloc", "galloc_sched": "galloc", "pending_replans": "galloc",
-}
-#: containers a repeated step may add to (its own objects), with what the step makes of them
-_GROWING = frozenset({"tensors", "placements", "graphs", "bindings", "computes", "contexts", "current", "alias_of",
-                      "pool_of", "cpy_dst", "cur", "placed_seq", "last_write", "fast", "galloc_bound",
-                      "buffer_placements", "replan_bindings", "checked"})
+_KEY_KIND = {name: held.key for cls in OWNERS.values() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
+             if held.viewed and held.key is not None}
+#: scalars noted at the start of an observed step (``owner.name``), and the id kind of their values
+_SCALARS = {f"{o}.{name}": held
+            for o, cls in OWNERS.items() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
+            if held.how == "scalar"}
+#: containers a repeated step may add to (its own objects), with what the step makes of them; and
+#: the stream's own measures of that kind
+_GROWING = frozenset({name for cls in OWNERS.values() for name, held in cls.STATE.items()  # type: ignore[attr-defined]
+                      if held.grows} | {"buffer_placements", "replan_bindings", "checked"})
 #: node tuples of scheduler splits kept to be shared (a new graph per step makes new ones: forgotten)
 _SHARED_TUPLES = 256
 #: steps of a repetition tried as its first two before giving up on skipping it
@@ -92,7 +97,9 @@ COLUMN_BATCH_EVENTS = 1 << 18
 
 
 class RepetitionError(VizallocError):
-    """A skipped repetition turned out not to repeat (a bug in vizalloc: rerun with ``repeat=False``)."""
+    """A skipped repetition's last step read other state than its observed steps: the steps
+    counted in between may not have found what the observed ones found. ``analysed`` then
+    analyses the trace again step by step (``repeat=False``)."""
 
 
 class StreamAnalysis:
@@ -272,65 +279,61 @@ class StreamAnalysis:
         (a step that finds a hazard is never skipped: its findings would have to be repeated)."""
         obs = Observation()
         obs.seqs = (batch.seq_at(lo), batch.seq_at(hi - 1))
-        b, m, s = self.builder, self.model, self.scan
-        obs.log.append(("builder", "open_sched", b.open_sched))
-        obs.log.append(("builder", "open_plan", None if b.open_plan is None else b.open_plan.plan_id))
-        obs.log.append(("builder", "open_compute", None if b.open_compute is None else b.open_compute.compute_id))
-        saved_model = {n: getattr(m, n) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
-                                                  "computes", "contexts", "scheds", "input_copies")}
-        saved_builder = {n: getattr(b, n) for n in ("current", "alias_of", "pool_of", "galloc_bound", "galloc_sched",
-                                                    "pending_replans", "cpy_dst")}
-        saved_scan = {n: getattr(s, n) for n in ("cur", "placed_seq", "last_write", "maps", "freed", "freed_loc",
-                                                 "fast", "cpy_dst")}
+        owners = self._owners()
+        for key, held in _SCALARS.items():
+            o, name = key.split(".")
+            v = getattr(owners[o], name)
+            obs.log.append(("scalar", key, getattr(v, held.ident) if held.ident and v is not None else v))
+        saved = {(o, name): getattr(obj, name) for o, obj in owners.items()
+                 for name, held in type(obj).STATE.items() if held.viewed}
         before = self._sizes()
         findings = self.col.n_findings
 
         def fast_value(t: int, v: Any) -> Any:
             return (v[0], v[1], v[2], v[3], ByteMapView(v[4], v[0], obs), v[5])
 
-        for n, d in saved_model.items():
-            if n == "placements":
-                setattr(m, n, ListView(d, n, obs))
-            elif n == "input_copies":
-                setattr(m, n, SetView(d, n, obs))
+        views: dict[str, Any] = {}
+        for (o, n), d in saved.items():
+            how = type(owners[o]).STATE[n].how
+            if how == "list":
+                views[f"{o}.{n}"] = ListView(d, n, obs)
+            elif how == "set":
+                views[f"{o}.{n}"] = SetView(d, n, obs)
+            elif how == "bytemaps":
+                views[f"{o}.{n}"] = DictView(d, n, obs, lambda buf, bm: ByteMapView(bm, buf, obs))
+            elif how == "fast":
+                views[f"{o}.{n}"] = DictView(d, n, obs, fast_value)
             else:
-                setattr(m, n, DictView(d, n, obs))
-        cpy = DictView(saved_builder["cpy_dst"], "cpy_dst", obs)
-        for n, d in saved_builder.items():
-            setattr(b, n, cpy if n == "cpy_dst" else DictView(d, n, obs))
-        for n, d in saved_scan.items():
-            if n == "cpy_dst":
-                setattr(s, n, cpy)
-            elif n == "maps":
-                setattr(s, n, DictView(d, n, obs, lambda buf, bm: ByteMapView(bm, buf, obs)))
-            elif n == "fast":
-                setattr(s, n, DictView(d, n, obs, fast_value))
-            else:
-                setattr(s, n, DictView(d, n, obs))
+                views[f"{o}.{n}"] = DictView(d, n, obs)
+        # a reference to another pass' container gets that one's view (the same container)
+        refs = {(o, n): views[held.same_as] for o, obj in owners.items()
+                for n, held in type(obj).STATE.items() if held.how == "ref"}
+        swapped = {**{(o, n): views[f"{o}.{n}"] for o, n in saved}, **refs}
+        restore = {**saved, **{(o, n): getattr(owners[o], n) for o, n in refs}}
+        for (o, n), v in swapped.items():
+            setattr(owners[o], n, v)
         try:
             self.feed(batch.events(lo, hi))
         finally:
-            for n, d in saved_model.items():
-                setattr(m, n, d)
-            for n, d in saved_builder.items():
-                setattr(b, n, d)
-            for n, d in saved_scan.items():
-                setattr(s, n, d)
+            for (o, n), d in restore.items():
+                setattr(owners[o], n, d)
         self.n_observed_steps += 1
         if self.col.n_findings != findings:
             return None
         after = self._sizes()
         return obs, {k: after[k] - before[k] for k in after}
 
+    def _owners(self) -> dict[str, Any]:
+        return {"model": self.model, "builder": self.builder, "scan": self.scan}
+
     def _sizes(self) -> dict[str, int]:
-        m, b, s = self.model, self.builder, self.scan
-        out = {n: len(getattr(m, n)) for n in ("tensors", "placements", "buffers", "graphs", "plans", "bindings",
-                                               "computes", "contexts", "scheds", "input_copies", "replans",
-                                               "copies", "snapshots", "markers")}
-        out.update({n: len(getattr(b, n)) for n in ("current", "alias_of", "pool_of", "galloc_sched",
-                                                    "pending_replans", "cpy_dst")})
-        out["galloc_bound"] = sum(len(x) for x in b.galloc_bound.values()) + len(b.galloc_bound)
-        out.update({n: len(getattr(s, n)) for n in ("cur", "placed_seq", "last_write", "maps", "freed", "fast")})
+        m = self.model
+        out: dict[str, int] = {}
+        for obj in self._owners().values():
+            for n, held in type(obj).STATE.items():
+                if held.how in SIZED:
+                    d = getattr(obj, n)
+                    out[n] = len(d) + (sum(len(x) for x in d.values()) if held.nested else 0)
         out["buffer_placements"] = sum(len(x.placements) for x in m.buffers.values())
         out["found"] = len(self.col.found) + len(self.col.predicted)
         out["replan_bindings"] = sum(e[0] for e in self.replans.bindings.values())
@@ -396,9 +399,20 @@ class StreamAnalysis:
         for g, n in per_galloc.items():
             self.replans.bindings[g][0] += n * count
         self._count_splits(batch, lo, hi)
+        self._move_scalars(run.shift, count)
         self.n_skipped_steps += count
         if self.on_skipped is not None:
             self.on_skipped(run, k, count)
+
+    def _move_scalars(self, shift: Shift, count: int) -> None:
+        """The scalars that hold ids of the steps' objects (the compute begun last) as ``count``
+        more steps left them: the last step of a run starts from them, as it would have."""
+        owners = self._owners()
+        for key, held in _SCALARS.items():
+            o, name = key.split(".")
+            v = getattr(owners[o], name)
+            if held.key is not None and not held.ident and type(v) is int:
+                setattr(owners[o], name, shift.id(held.key, v, count))
 
     def _count_splits(self, batch: ColumnBatch, lo: int, hi: int) -> None:
         """The scheduler splits of skipped steps go into their scheduler's list, as the builder puts
@@ -416,7 +430,7 @@ class StreamAnalysis:
                 inputs = shared[e.inputs] = e.inputs
             if nodes is not e.nodes or inputs is not e.inputs:
                 e = replace(e, nodes=nodes, inputs=inputs)
-            self.builder._sched(e.sched_id).splits.append(e)
+            self.builder.sched(e.sched_id).splits.append(e)
         if len(shared) > _SHARED_TUPLES:
             shared.clear()
 
@@ -471,7 +485,12 @@ class StreamAnalysis:
         moved: dict[int, Any] = {}
         for buffer_id, ranges in obs.written_bytes.items():
             bm = self.scan.maps[buffer_id]
-            for a, z in ranges:
+            # each interval is rewritten whole, as one write: the step wrote some bytes several
+            # times (a small tensor, then a bigger one over it), and rewriting the pieces of each
+            # write range apart cut one writer's interval in two, which the last step's reads then
+            # saw as two pieces the observed step never read (llama.cpp's reused decode graph at
+            # n_ubatch 96: `sa_out-17`'s 2560 bytes cut where an earlier node's 1024 ended)
+            for a, z in _merged(ranges):
                 for s, e, rec in bm.scan(a, z):
                     if rec is None or not lo <= rec[2] <= hi:
                         continue
@@ -631,6 +650,11 @@ def _independent(first: tuple[Observation, dict[str, int]], second: tuple[Observ
             return None
         if value in values:
             continue
+        if name == "scalar":   # an id the step before left: one step's move on
+            rule = shift.ids.get(_SCALARS[key].key or "")
+            if rule is not None and isinstance(value, int) and value >= rule[0] and value - rule[1] in values:
+                continue
+            return None
         if prev_seqs is None:
             return None
         if name == "last_write" and isinstance(value, int):
@@ -661,6 +685,22 @@ def _older(shift: Shift, kind: str, key: int) -> bool:
     return rule is None or key < rule[0]
 
 
+def _merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges as their union: sorted, disjoint, touching ones joined.
+
+    >>> _merged([(4, 8), (0, 2), (2, 3), (6, 10)])
+    [(0, 3), (4, 10)]
+    """
+    out: list[tuple[int, int]] = []
+    for a, z in sorted(ranges):
+        if out and a <= out[-1][1]:
+            if z > out[-1][1]:
+                out[-1] = (out[-1][0], z)
+        else:
+            out.append((a, z))
+    return out
+
+
 def _moved_event(e: ev.Event, shift: Shift, d: int) -> ev.Event:
     """Writer event ``e`` as the same event ``shift`` later (``seq`` moved by ``d``; its times stay:
     reports name a writer by seq, node and compute, never by time)."""
@@ -674,6 +714,22 @@ def _moved_event(e: ev.Event, shift: Shift, d: int) -> ev.Event:
     return replace(e, **changes)
 
 
+def analysed(run: Callable[[StreamAnalysis], T], *, repeat: bool = True) -> T:
+    """``run(stream)`` feeds a new stream the whole trace and finishes it; what it returns. When
+    the proof of a skipped repetition fails (``RepetitionError``: its last step read other state
+    than the steps observed before it), the steps it counted were never analysed and the state
+    the stream holds is not the trace's: the trace is read and analysed again, every step one by
+    one (``repeat=False``), so the result is exactly that of ``repeat=False``.
+
+    ``run`` must read the trace anew each time it is called (reopen the file)."""
+    if repeat:
+        try:
+            return run(StreamAnalysis(repeat=True))
+        except RepetitionError:
+            pass
+    return run(StreamAnalysis(repeat=False))
+
+
 def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, list[Hazard]]:
     """The model (keeping no events) and the hazards of a trace given as batches of events."""
     stream = StreamAnalysis()
@@ -683,10 +739,19 @@ def analyse_events(batches: Iterable[Sequence[ev.Event]]) -> tuple[TraceModel, l
         return stream.model, stream.finish()
 
 
-def analyse_columns(batches: Iterable[ColumnBatch], *, repeat: bool = True) -> tuple[TraceModel, list[Hazard]]:
-    """The same from column batches, repeated steps skipped (``repeat=False``: analysed)."""
-    stream = StreamAnalysis(repeat=repeat)
-    with gc_paused():
-        for batch in batches:
-            stream.feed_columns(batch)
-        return stream.model, stream.finish()
+def analyse_columns(batches: Iterable[ColumnBatch] | Callable[[], Iterable[ColumnBatch]], *,
+                    repeat: bool = True) -> tuple[TraceModel, list[Hazard]]:
+    """The same from column batches, repeated steps skipped (``repeat=False``: analysed). Given a
+    function that reads the batches (anew each call), a failed proof of repetition is followed by
+    an analysis of every step (``analysed``); given the batches themselves, it raises
+    ``RepetitionError`` (they cannot be read again)."""
+
+    def run(stream: StreamAnalysis) -> tuple[TraceModel, list[Hazard]]:
+        with gc_paused():
+            for batch in (batches() if callable(batches) else batches):
+                stream.feed_columns(batch)
+            return stream.model, stream.finish()
+
+    if callable(batches):
+        return analysed(run, repeat=repeat)
+    return run(StreamAnalysis(repeat=repeat))

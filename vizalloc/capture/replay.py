@@ -124,6 +124,14 @@ class _Mirror:
     copy_of: Tensor | None = None  # the tensor whose bytes it aliases from birth (a deep copy)
 
 
+def _retyped(old: Buffer, buft: BufferType) -> None:
+    """A live buffer handle allocated again: a buffer type whose ``alloc_buffer`` allocates a
+    buffer of another type and gives it its own type (ggml-cpu's ``CPU_REPACK`` allocates a
+    ``CPU`` buffer, then sets ``buffer->buft``). One block of memory, one handle, freed once:
+    the first buffer ends here (the new one holds its bytes), so memory is counted once."""
+    old.free(cause=f"became a {buft.name} buffer (its buffer type's alloc_buffer)")
+
+
 @dataclass
 class _RealBuffer:
     ptr: int
@@ -407,6 +415,8 @@ class Importer:
             self._add_buffer(_RealBuffer(r.buffer, 0, r.size, None))
             return
         cause = "ggml_backend_buft_alloc_buffer" if r.how & rf.BufferHow.ALLOCATED else "seen in use"
+        if old is not None and old.mirror is not None and r.how & rf.BufferHow.ALLOCATED:
+            _retyped(old.mirror, buft)
         mirror = buft.alloc_buffer(r.size, _USAGES.get(r.usage, Usage.ANY), cause=cause)
         self._add_buffer(_RealBuffer(r.buffer, r.base, r.size, mirror))
 

@@ -143,25 +143,29 @@ def analyse_file(path: str, label: str = "", command: str = "check") -> tuple[An
     is analysed up to its last complete frame (``inputs.cut_said``)."""
     import os
 
-    from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis
+    from vizalloc.analysis.stream import COLUMN_BATCH_EVENTS, StreamAnalysis, analysed
     from vizalloc.cli.inputs import check_trace_path, cut_said
     from vizalloc.trace.api import open_reader
     from vizalloc.trace.columns import iter_columns
 
     check_trace_path(path)
-    stream = StreamAnalysis(repeat=os.environ.get("VIZALLOC_REPEAT", "1") != "0")
-    with cut_said(command), open_reader(path) as reader, \
-            progress_bar(f"analysing {label or path}") as progress, gc_paused():
-        total = os.path.getsize(path)
-        batches = iter_columns(reader, COLUMN_BATCH_EVENTS)
-        while (batch := next(batches, None)) is not None:
-            stream.feed_columns(batch)
-            del batch  # before the next batch is read: one batch in memory at a time
-            if progress is not None:
-                progress(reader.offset, total)
-        reader.warn_if_incomplete()
-        model, hazards = stream.model, stream.finish()
-    return model, hazards, reader.header
+
+    def run(stream: StreamAnalysis) -> tuple[Any, list[Any], Any]:
+        # called again, with a new stream, when a skipped repetition's proof fails (``analysed``)
+        with cut_said(command), open_reader(path) as reader, \
+                progress_bar(f"analysing {label or path}") as progress, gc_paused():
+            total = os.path.getsize(path)
+            batches = iter_columns(reader, COLUMN_BATCH_EVENTS)
+            while (batch := next(batches, None)) is not None:
+                stream.feed_columns(batch)
+                del batch  # before the next batch is read: one batch in memory at a time
+                if progress is not None:
+                    progress(reader.offset, total)
+            model, hazards = stream.model, stream.finish()
+            reader.warn_if_incomplete()   # once: after the analysis that stands
+        return model, hazards, reader.header
+
+    return analysed(run, repeat=os.environ.get("VIZALLOC_REPEAT", "1") != "0")
 
 
 def model_and_hazards(path: str, shadow: bool) -> tuple[Any, list[Any]]:
@@ -194,6 +198,29 @@ def counts(hazards: list[Any]) -> dict[str, int]:
     for h in hazards:
         out[h.kind.value] += 1
     return out
+
+
+def verdict_line(n_events: int, hazards: list[Any], failing: bool) -> str:
+    """check's last line: the hazards per kind, each with its occurrences where a report merged
+    several (as the reports above it count them).
+
+        >>> from types import SimpleNamespace as H
+        >>> from vizalloc.analysis.hazards import HazardKind
+        >>> verdict_line(1, [H(kind=HazardKind.REPLAN, occurrences=2)], False)
+        'vizalloc check: 1 event, 1 hazard: 1 replan (2 occurrences) -> ok'
+        >>> verdict_line(0, [], False)
+        'vizalloc check: 0 events, 0 hazards -> ok'
+    """
+    from vizalloc.cli.console import plural
+
+    found = counts(hazards)
+    seen: dict[str, int] = {}
+    for h in hazards:
+        seen[h.kind.value] = seen.get(h.kind.value, 0) + h.occurrences
+    listed = ", ".join(f"{n} {k}" + (f" ({plural(seen[k], 'occurrence')})" if seen[k] != n else "")
+                       for k, n in found.items() if n)
+    return (f"vizalloc check: {plural(n_events, 'event')}, {plural(len(hazards), 'hazard')}"
+            f"{': ' + listed if listed else ''} -> {'FAIL' if failing else 'ok'}")
 
 
 def shadow_results(model: Any, hazards: list[Any]) -> list[Any]:
@@ -261,9 +288,5 @@ def _report(args: argparse.Namespace, model: Any, hazards: list[Any], fail_on: s
             out.write(f"... {len(hazards) - args.max_reports} more hazard(s) not shown (--max-reports)\n\n")
         for r in shadows:
             out.write(inert_lines(r.summary()) + "\n\n")
-        total = sum(found.values())
-        listed = ", ".join(f"{n} {k}" for k, n in found.items() if n)
-        verdict = "FAIL" if failing else "ok"
-        out.write(f"vizalloc check: {model.n_events:,} events, {total} hazard(s)"
-                  f"{': ' + listed if listed else ''} -> {verdict}\n")
+        out.write(verdict_line(model.n_events, hazards, bool(failing)) + "\n")
     return 1 if failing else 0

@@ -48,10 +48,13 @@ def to_dict(d: Any) -> dict[str, Any]:
     return {
         "plans": [{"plan_a": p.plan_a, "plan_b": p.plan_b, "bytes_a": list(p.bytes_a), "bytes_b": list(p.bytes_b),
                    "size_delta": p.size_delta,
-                   "tensors": [{"name": t.name, "position": t.position, "status": t.status, "slot_a": t.slot_a,
-                                "offset_a": t.offset_a, "nbytes_a": t.nbytes_a, "slot_b": t.slot_b,
-                                "offset_b": t.offset_b, "nbytes_b": t.nbytes_b} for t in p.tensors]}
+                   "changes": {k: {"tensors": n, "bytes": b} for k, (n, b) in p.counts().items()},
+                   "tensors": [{"name": t.name, "position": t.position, "status": t.status, "change": t.change,
+                                "delta": t.delta, "slot_a": t.slot_a, "offset_a": t.offset_a, "nbytes_a": t.nbytes_a,
+                                "slot_b": t.slot_b, "offset_b": t.offset_b, "nbytes_b": t.nbytes_b}
+                               for t in p.tensors]}
                   for p in d.plans],
+        "settings": [{"setting": k, "a": va, "b": vb} for k, va, vb in d.settings],
         "unmatched_plans_a": list(d.unmatched_plans_a), "unmatched_plans_b": list(d.unmatched_plans_b),
         "hazards_added": [h.to_dict() for h in d.hazards_added],
         "hazards_removed": [h.to_dict() for h in d.hazards_removed],
@@ -60,35 +63,51 @@ def to_dict(d: Any) -> dict[str, Any]:
     }
 
 
+def _setting(value: str | None) -> str:
+    from vizalloc.text import inert
+
+    return "(not given)" if value is None else ("(given)" if value == "" else inert(value, NAME_CHARS))
+
+
 def _render(d: Any, max_tensors: int) -> None:
     from rich.table import Table
     from rich.text import Text
 
     from vizalloc.text import inert
 
-    console = stdout_console()
+    from vizalloc.cli.console import plural, sized
+
+    console = stdout_console(fits=True)
+    if d.settings:
+        said = [f"{inert(k, NAME_CHARS)} {_setting(va)} -> {_setting(vb)}" for k, va, vb in d.settings]
+        console.print(Text("the runs' settings differ (A -> B): " + "; ".join(said)), soft_wrap=True)
     delta = d.peak_buffer_bytes_b - d.peak_buffer_bytes_a
-    console.print(Text(f"peak buffer bytes: {d.peak_buffer_bytes_a:,} -> {d.peak_buffer_bytes_b:,} ({delta:+,})"))
+    console.print(Text(f"peak buffer bytes: {sized(d.peak_buffer_bytes_a)} -> {sized(d.peak_buffer_bytes_b)} "
+                       f"({delta:+,})"), soft_wrap=True)
     if any(not p.is_empty for p in d.plans):
         console.print(Text("plans: A and B say where each plan put a tensor, as slot:offset+bytes; tensors are "
-                           "matched by name (the n-th of a name in A with the n-th in B)", style="dim"))
+                           "matched by name (the n-th of a name in A with the n-th in B), and listed by the bytes "
+                           "they add or take away, most first", style="dim"))
     for p in d.plans:
         if p.is_empty:
             continue
-        t = Table(title=f"plan #{p.plan_a} vs #{p.plan_b}: {sum(p.bytes_a):,} -> {sum(p.bytes_b):,} bytes "
-                        f"({p.size_delta:+,})",
-)
-        for col in ("tensor", "change", "A slot:offset+bytes", "B slot:offset+bytes"):
-            t.add_column(col, justify="left" if col in ("tensor", "change") else "right")
+        counts = ", ".join(f"{plural(n, 'tensor')} {kind} ({b:+,} bytes)" if kind != "moved" else
+                           f"{plural(n, 'tensor')} moved" for kind, (n, b) in p.counts().items())
+        console.print(Text(f"plan #{p.plan_a} vs #{p.plan_b}: {sized(sum(p.bytes_a))} -> {sized(sum(p.bytes_b))} "
+                           f"({p.size_delta:+,}): {counts}", style="italic"), soft_wrap=True)
+        t = Table()
+        for col in ("tensor", "change", "bytes", "A slot:offset+bytes", "B slot:offset+bytes"):
+            # narrow terminals wrap a cell, never cut it
+            t.add_column(col, justify="left" if col in ("tensor", "change") else "right", overflow="fold")
         repeated = {c.name for c in p.tensors if c.position > 0}
         for c in p.tensors[:max_tensors]:
             side_a = "" if c.offset_a < 0 else f"{c.slot_a}:{c.offset_a:,}+{c.nbytes_a:,}"
             side_b = "" if c.offset_b < 0 else f"{c.slot_b}:{c.offset_b:,}+{c.nbytes_b:,}"
             name = inert(c.name, NAME_CHARS) + (f" ({_ordinal(c.position + 1)} of that name)"
                                                 if c.name in repeated else "")
-            t.add_row(Text(name), c.status, side_a, side_b)
+            t.add_row(Text(name), c.change, f"{c.delta:+,}" if c.delta else "", side_a, side_b)
         if len(p.tensors) > max_tensors:
-            t.add_row(f"... {len(p.tensors) - max_tensors} more (--max-tensors N)", "", "", "")
+            t.add_row(f"... {len(p.tensors) - max_tensors} more (--max-tensors N)", "", "", "", "")
         console.print(t)
     if d.unmatched_plans_a or d.unmatched_plans_b:
         console.print(Text(f"plans only in A: {list(d.unmatched_plans_a)}; only in B: {list(d.unmatched_plans_b)}"))
@@ -122,7 +141,10 @@ def execute(args: argparse.Namespace) -> int:
         one = diff_plans(a, a.plans[pa], b, b.plans[pb])
         d = TraceDiff((one,), (), (), (), (), 0, 0)
     else:
-        d = diff_models(a, b, hazards_a=analyse(a, "A"), hazards_b=analyse(b, "B"))
+        from vizalloc.trace.api import read_header
+
+        d = diff_models(a, b, hazards_a=analyse(a, "A"), hazards_b=analyse(b, "B"),
+                        argv_a=read_header(args.a).argv, argv_b=read_header(args.b).argv)
     if args.json:
         json.dump(to_dict(d), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vizalloc.cli import INTERNAL_ERROR
+from vizalloc.cli.console import plural
 from vizalloc.errors import UsageError
 
 
@@ -143,7 +144,7 @@ def execute(paths: Sequence[str], jobs: int, fail_on: set[Any], max_reports: int
         for text in r["shadow_text"]:
             out.write(text + "\n\n")
         listed = ", ".join(f"{n} {k}" for k, n in r["counts"].items() if n)
-        out.write(f"{r['trace']}: {r['events']:,} events, {sum(r['counts'].values())} hazard(s)"
+        out.write(f"{r['trace']}: {plural(r['events'], 'event')}, {plural(sum(r['counts'].values()), 'hazard')}"
                   f"{': ' + listed if listed else ''} -> {'FAIL' if r['failed'] else 'ok'}\n\n")
         out.flush()
     verdict = "FAIL" if worst else "ok"
@@ -153,7 +154,7 @@ def execute(paths: Sequence[str], jobs: int, fail_on: set[Any], max_reports: int
         out.write("\n")
     else:
         listed = ", ".join(f"{n} {k}" for k, n in totals.items() if n)
-        out.write(f"vizalloc check: {len(traces)} traces, {n_failed} with hazards of the --fail-on kinds, "
-                  f"{n_errors} unreadable; {sum(totals.values())} hazard(s){': ' + listed if listed else ''} "
+        out.write(f"vizalloc check: {plural(len(traces), 'trace')}, {n_failed} with hazards of the --fail-on kinds, "
+                  f"{n_errors} unreadable; {plural(sum(totals.values()), 'hazard')}{': ' + listed if listed else ''} "
                   f"-> {verdict}\n")
     return worst

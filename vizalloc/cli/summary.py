@@ -127,38 +127,52 @@ def _groups(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) ->
 
 def _render(data: dict[str, Any]) -> None:
     """The tables; rows that only differ by their ids are folded into one (a loop repeats
-    the same graphs, plans and buffers at every step)."""
+    the same graphs, plans and buffers at every step). The tables fit the terminal (cells
+    wrap, sizes in binary units: ``--json`` has every byte); lines of prose are not cut."""
     from rich.table import Table
     from rich.text import Text
 
+    from vizalloc.cli.console import plural, sized
+    from vizalloc.export.units import fmt_bytes
     from vizalloc.text import inert
 
     def cell(text: str) -> Text:
         # names are data from the traced program: inert, cut, never parsed as markup
-        return Text(inert(text, NAME_CHARS))
+        return Text(inert(text, NAME_CHARS), overflow="fold")
 
-    console = stdout_console()   # into a file or a pipe: as wide as the tables need, nothing cut
+    def table(title: str, columns: list[tuple[str, str]], widths: dict[str, int] | None = None) -> Table:
+        t = Table(title=title, title_justify="left")
+        for name, justify in columns:
+            # numbers and sizes stay whole; ids, names and causes wrap (words kept whole when they fit)
+            t.add_column(name, justify=justify, overflow="fold",  # type: ignore[arg-type]
+                         no_wrap=justify == "right", min_width=(widths or {}).get(name))
+        return t
+
+    def say(text: str, style: str | None = None) -> None:
+        console.print(Text(text, style=style or ""), soft_wrap=True)
+
+    console = stdout_console(fits=True)
     if data["incomplete"]:
-        console.print(Text(inert(data["incomplete"], 2000), style="bold red"))
-    console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
-                       f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
-                       f"peak buffer bytes {data['peak_buffer_bytes']:,}"))
+        say(inert(data["incomplete"], 2000), style="bold red")
+    say(f"{plural(data['events'], 'event')}, {plural(data['tensors'], 'tensor')}, "
+        f"{plural(len(data['graphs']), 'graph')}, {plural(len(data['plans']), 'plan')}, "
+        f"{plural(data['bindings'], 'binding')}, {plural(data['computes'], 'compute')}; "
+        f"peak buffer bytes {sized(data['peak_buffer_bytes'])}")
 
     for c in data["captured"]:
         rules = "" if c["rules_version"] in ("", c["ggml_version"]) else f", replayed with ggml {c['rules_version']}'s rules"
         where = f"ggml {c['ggml_version']} ({c['ggml_path']}){rules}" if c["ggml_version"] else "no ggml"
-        console.print(Text(f"captured from {inert(c['program'], NAME_CHARS)} (pid {c['pid']}): {inert(where, 400)}; "
-                           f"{len(data['replay_differences'])} replay difference(s)"))
+        say(f"captured from {inert(c['program'], NAME_CHARS)} (pid {c['pid']}): {inert(where, 400)}; "
+            f"{len(data['replay_differences'])} replay difference(s)")
         if c["note"]:
-            console.print(Text(f"  note: {inert(c['note'], 2000)}"))
+            say(f"  note: {inert(c['note'], 2000)}")
     for d in data["replay_differences"]:
         who = f"tensor {inert(d['tensor'] or '', NAME_CHARS)!r} (#{d['tensor_id']}): " if d["tensor_id"] >= 0 else ""
         times = f" ({d['occurrences']}x)" if d["occurrences"] > 1 else ""
-        console.print(Text(f"  replay difference{times}: {who}{inert(d['detail'], 2000)}", style="bold red"))
+        say(f"  replay difference{times}: {who}{inert(d['detail'], 2000)}", style="bold red")
 
-    t = Table(title="graphs (equal ones folded)", title_justify="left")
-    for col in ("graphs", "kind", "nodes", "leafs", "copied from"):
-        t.add_column(col, justify="left" if col in ("graphs", "kind", "copied from") else "right")
+    t = table("graphs (equal ones folded)", [("graphs", "left"), ("kind", "left"), ("nodes", "right"),
+                                              ("leafs", "right"), ("copied from", "left")])
     for group in _groups(data["graphs"], lambda g: (g["kind"], g["nodes"], g["leafs"], g["source_graph"] >= 0)):
         g = group[0]
         sources = [x["source_graph"] for x in group if x["source_graph"] >= 0]
@@ -170,57 +184,65 @@ def _render(data: dict[str, Any]) -> None:
         return (p["n_nodes"], tuple(p["causes"]), p["plan_bytes"], p["lower_bound_bytes"], p["greedy_bytes"],
                 p["fragmentation_bytes"], p["padding_bytes"])
 
-    t = Table(title="plans and their quality (equal ones folded; bytes vs the lower bound)", title_justify="left")
-    for col in ("plans", "gallocs", "graphs", "nodes", "cause", "bytes", "lower bound", "greedy", "frag",
-                "padding"):
-        t.add_column(col, justify="left" if col in ("plans", "gallocs", "graphs", "cause") else "right")
+    t = table("plans and their quality (equal ones folded; bytes vs the lower bound)",
+              [("plans", "left"), ("nodes", "right"), ("bytes", "right"), ("bound", "right"),
+               ("greedy", "right"), ("frag, pad", "right"), ("cause", "left")],
+              {"plans": 10, "cause": 10})
     for group in _groups(data["plans"], plan_key):
         p = group[0]
-        ratio = f" ({p['plan_bytes'] / p['lower_bound_bytes']:.2f}x)" if p["lower_bound_bytes"] else ""
-        t.add_row(fold_ids([x["plan_id"] for x in group]), fold_ids([x["galloc_id"] for x in group]),
-                  fold_ids([x["graph_id"] for x in group]), str(p["n_nodes"]), cell(",".join(p["causes"])),
-                  f"{p['plan_bytes']:,}{ratio}", f"{p['lower_bound_bytes']:,}", f"{p['greedy_bytes']:,}",
-                  f"{p['fragmentation_bytes']:,}", f"{p['padding_bytes']:,}")
+        ratio = f"\n({p['plan_bytes'] / p['lower_bound_bytes']:.2f}x)" if p["lower_bound_bytes"] else ""
+        which = (f"{fold_ids([x['plan_id'] for x in group])}\ngalloc {fold_ids([x['galloc_id'] for x in group])}"
+                 f"\ngraph {fold_ids([x['graph_id'] for x in group])}")
+        t.add_row(Text(which, overflow="fold"), str(p["n_nodes"]), fmt_bytes(p["plan_bytes"]) + ratio,
+                  fmt_bytes(p["lower_bound_bytes"]), fmt_bytes(p["greedy_bytes"]),
+                  f"{fmt_bytes(p['fragmentation_bytes'])}\n{fmt_bytes(p['padding_bytes'])}",
+                  cell(", ".join(p["causes"])))
     console.print(t)
 
     with_peak = [p for p in data["plans"] if p["live_at_peak"]]
     if with_peak:
-        t = Table(title="live at each plan's peak (largest blocks; in-place takeovers counted once; plans with "
-                        "the same blocks folded)", title_justify="left")
-        for col in ("plans", "slot", "offset", "bytes", "tensors"):
-            t.add_column(col, justify="left" if col in ("plans", "tensors") else "right")
+        t = table("live at each plan's peak (largest blocks; in-place takeovers counted once; plans with "
+                  "the same blocks folded)", [("plans", "left"), ("slot", "right"), ("offset", "right"),
+                                              ("bytes", "right"), ("tensors", "left")])
         for group in _groups(with_peak, lambda p: tuple((b["slot"], b["offset"], b["nbytes"], tuple(b["tensors"]))
                                                         for b in p["live_at_peak"])):
             ids = fold_ids([x["plan_id"] for x in group])
             for k, blk in enumerate(group[0]["live_at_peak"]):
-                t.add_row(ids if k == 0 else "", str(blk["slot"]), f"{blk['offset']:,}", f"{blk['nbytes']:,}",
-                          Text(" <- ".join(inert(n, NAME_CHARS) for n in blk["tensors"])))
+                t.add_row(ids if k == 0 else "", str(blk["slot"]), f"{blk['offset']:,}", fmt_bytes(blk["nbytes"]),
+                          Text(" <- ".join(inert(n, NAME_CHARS) for n in blk["tensors"]), overflow="fold"))
         console.print(t)
 
-    t = Table(title="buffers (equal ones folded)", title_justify="left")
-    for col in ("buffers", "backend", "type", "usage", "bytes", "gallocs", "slot/chunk", "freed", "placements"):
-        t.add_column(col, justify="right" if col in ("bytes", "placements") else "left")
-    for group in _groups(data["buffers"], lambda b: (b["backend"], b["buft"], b["usage"], b["nbytes"],
-                                                     b["pool_id"] >= 0, b["slot"], b["chunk"],
-                                                     b["freed_seq"] is not None, _free_kind(b["free_cause"]))):
+    held = [b for b in data["buffers"] if b["nbytes"]]
+    empty = len(data["buffers"]) - len(held)
+    pooled = any(b["pool_id"] >= 0 for b in held)
+    t = table("buffers (equal ones folded; the most bytes first; pool: galloc slot/chunk)",
+              [("buffers", "left"), ("type", "left"), ("bytes", "right")]
+              + ([("pool", "left")] if pooled else []) + [("freed", "left"), ("placed", "right")],
+              {"type": 12, "freed": 16})
+    groups = _groups(held, lambda b: (b["backend"], b["buft"], b["usage"], b["nbytes"], b["pool_id"] >= 0, b["slot"],
+                                      b["chunk"], b["freed_seq"] is not None, _free_kind(b["free_cause"])))
+    groups.sort(key=lambda g: -g[0]["nbytes"])   # stable: equal sizes stay in allocation order
+    for group in groups:
         b = group[0]
-        pooled = b["pool_id"] >= 0
         freed = [x for x in group if x["freed_seq"] is not None]
         when = ""
         if len(freed) == 1:
             when = f"at {freed[0]['freed_seq']}: {freed[0]['free_cause']}"
         elif freed:
             when = f"{len(freed)}x, first at {freed[0]['freed_seq']}: {freed[0]['free_cause']}"
+        when = when.replace("ggml_backend_buffer_free", "buffer_free")   # ggml's function, the usual way
         places = sorted({x["placements"] for x in group})
-        t.add_row(fold_ids([x["buffer_id"] for x in group]), cell(b["backend"]), cell(b["buft"]), cell(b["usage"]),
-                  f"{b['nbytes']:,}", fold_ids([x["pool_id"] for x in group]) if pooled else "",
-                  f"{b['slot']}/{b['chunk']}" if pooled else "", cell(when),
-                  str(places[0]) if len(places) == 1 else f"{places[0]}-{places[-1]}")
+        kind = (b["buft"] if b["backend"] == b["buft"] else f"{b['backend']} {b['buft']}") + f" {b['usage']}"
+        pool = [(fold_ids([x["pool_id"] for x in group]) + f" {b['slot']}/{b['chunk']}") if b["pool_id"] >= 0
+                else ""] if pooled else []
+        t.add_row(fold_ids([x["buffer_id"] for x in group]), cell(kind), fmt_bytes(b["nbytes"]),
+                  *pool, cell(when), str(places[0]) if len(places) == 1 else f"{places[0]}-{places[-1]}")
     console.print(t)
+    if empty:
+        say(f"and {plural(empty, 'zero-byte buffer')}, not listed: they hold no memory (a program asking a "
+            "buffer type what it supports makes them); --json lists every buffer", style="dim")
 
-    t = Table(title="hazards", title_justify="left")
-    t.add_column("kind")
-    t.add_column("count", justify="right")
+    t = table("hazards", [("kind", "left"), ("count", "right")])
     for kind, n in data["hazard_counts"].items():
         t.add_row(kind, str(n), style="bold red" if n and kind != "replan" else None)
     console.print(t)

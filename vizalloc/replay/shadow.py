@@ -85,6 +85,8 @@ class ShadowResult:
     synthetic_inputs: tuple[int, ...] = ()
     #: whether results were captured at the end, so that reproduction was checked
     results_checked: bool = True
+    #: how reports name the compute's graph (``TraceModel.graph_name``)
+    graph_name: str = ""
 
     @property
     def diverged(self) -> bool:
@@ -97,7 +99,7 @@ class ShadowResult:
         return self.reproduces_trace and self.results_checked and not self.synthetic_inputs
 
     def summary(self) -> str:
-        lines = [f"shadow execution of compute #{self.compute_id} (graph #{self.graph_id}): "
+        lines = [f"shadow execution of compute #{self.compute_id} ({self.graph_name or f'graph #{self.graph_id}'}): "
                  f"{len(self.node_diffs)} nodes replayed"]
         if self.synthetic_inputs:
             lines.append("INCONCLUSIVE about the recorded values: some inputs were not captured (a trace recorded "
@@ -257,7 +259,7 @@ def shadow_compute(model: TraceModel, compute_id: int, *, tolerance: float = 1e-
         notes.extend(aliased.notes)
     return ShadowResult(compute_id, comp.graph_id, first, first_tid, first_name,
                         first_diff if first >= 0 else max_diff, tuple(diffs), tuple(out_diffs), reproduces,
-                        tolerance, tuple(notes), tuple(missing), bool(end))
+                        tolerance, tuple(notes), tuple(missing), bool(end), model.graph_name(comp.graph_id))
 
 
 def _alias(model: TraceModel, tensor_id: int, seq: int) -> tuple[int, int] | None:
