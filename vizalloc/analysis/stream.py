@@ -554,7 +554,7 @@ class StreamAnalysis:
             extra = [(run.insert_at[f"buffer{buf_id}"], run, run.template.by_buffer[buf_id]) for run in runs
                      if buf_id in run.template.by_buffer]
             if extra:
-                buf.placements = runs_mod.VirtualIds(buf.placements, extra)
+                buf.placements = runs_mod.VirtualIds(buf.placements, extra)  # type: ignore[assignment]
 
 
 def _created(batch: ColumnBatch, lo: int, hi: int) -> dict[str, list[int]]:

@@ -191,7 +191,7 @@ class TensorsScreen(PaneScreen):
     def _highlighted(self, event: VirtualTable.Highlighted) -> None:
         pass
 
-    def export_request(self) -> tuple[str, int] | None:
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
         a = self.vz.analysis
         tid = self._current_id()
         if a is not None and tid is not None:
