@@ -30,6 +30,10 @@ from vizalloc.trace.api import load
 
 from tests.capture.conftest import VIZALLOC
 
+#: real llama.cpp (xllamacpp) with the Gemma model: minutes, not seconds;
+#: `python -m pytest -m "not slow"` leaves them out
+pytestmark = pytest.mark.slow
+
 DRIVER = [sys.executable, "-m", "vizalloc.capture.llama"]
 THREADS = "2"
 

@@ -20,6 +20,10 @@ from tests.capture.conftest import VIZALLOC
 from tests.capture.test_llama import Traced, compute_buffers, model, trace_llama  # noqa: F401 - model: a fixture
 from vizalloc.trace import events as ev
 
+#: real llama.cpp (xllamacpp) with the Gemma model: minutes, not seconds;
+#: `python -m pytest -m "not slow"` leaves them out
+pytestmark = pytest.mark.slow
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -45,6 +49,7 @@ def _sizing_plan(t: Traced) -> ev.PlanBegin:
 def _export(t: Traced, out: Path, *args: str) -> tuple[str, ET.Element]:
     done = subprocess.run([*VIZALLOC, "export", str(t.trace), "--format", "layout", "-o", str(out), *args],
                           capture_output=True, text=True, timeout=300)
+
     assert done.returncode == 0, done.stderr
     return done.stderr, ET.fromstring(out.read_bytes())
 

@@ -14,6 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: the README's real llama.cpp run (xllamacpp, the Gemma model): minutes, not seconds;
+#: `python -m pytest -m "not slow"` leaves them out
+pytestmark = pytest.mark.slow
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 REPO = README.parent
 
