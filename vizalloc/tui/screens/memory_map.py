@@ -40,7 +40,7 @@ class MapScreen(PaneScreen):
         super().__init__()
         self.bmap: BindingMap | None = None
         self.panel: Panel | None = None
-        #: ``_open``'s arguments while its binding's map is made in a worker
+        #: ``_open_binding``'s arguments while its binding's map is made in a worker
         self._waiting: tuple[int, int, int | None, int | None, frozenset[int]] | None = None
         #: the selected binding when a reserve's map was opened (it stays until that changes)
         self._plan_over = -1
@@ -85,10 +85,10 @@ class MapScreen(PaneScreen):
         if self.bmap is None and default is not None and default[0] == selected:
             self._open_plan(default[1])
         else:
-            self._open(selected)
+            self._open_binding(selected)
 
     # -- opening ---------------------------------------------------------------------
-    def _open(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
+    def _open_binding(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
               selected: frozenset[int] = frozenset(), wait: bool = True) -> None:
         """Show a binding's memory map; ``wait``: a big graph's map is made in a worker
         (False: here, as when the worker made it and it was dropped or failed meanwhile)."""
@@ -158,7 +158,7 @@ class MapScreen(PaneScreen):
     def binding_prepared(self, binding_id: int) -> None:
         if self._waiting is not None and self._waiting[0] == binding_id:
             b, buffer_id, offset, step, selected = self._waiting
-            self._open(b, buffer_id, offset=offset, step=step, selected=selected, wait=False)
+            self._open_binding(b, buffer_id, offset=offset, step=step, selected=selected, wait=False)
 
     def apply_target(self) -> None:
         target = self.vz.map_target
@@ -169,7 +169,7 @@ class MapScreen(PaneScreen):
             self._open_plan(target.plan_id, target.buffer_id, offset=target.offset, step=target.step,
                             selected=target.selected)
             return
-        self._open(target.binding_id, target.buffer_id, offset=target.offset, step=target.step,
+        self._open_binding(target.binding_id, target.buffer_id, offset=target.offset, step=target.step,
                    selected=target.selected)
 
     def _head(self) -> None:
@@ -263,7 +263,7 @@ class MapScreen(PaneScreen):
         if key is None:
             return
         if key.binding_id >= 0:
-            self._open(key.binding_id, buffer_id)
+            self._open_binding(key.binding_id, buffer_id)
         else:
             self._open_plan(key.plan_id, buffer_id)
 
