@@ -66,6 +66,10 @@ def test_the_default_layout_is_the_worst_case_that_sized_the_buffer(worst: Trace
     figures = next(t for t in panels[0].iter(f"{SVG}text") if t.get("class") == "figures").text or ""
     # the plan reaches the top of the buffer it sized (the decode step's binding reached 34.3 MiB)
     assert figures.startswith("peak (highest byte used) 94.3 MiB"), figures
+    # the most bytes live at once are the plan's lower bound, as explain gives it (89.76 MiB)
+    live = re.search(r"max live (\S+ \S+) at step", figures)
+    bound = re.search(r"lower bound of plan #\d+ here (\S+ \S+) \(green\)", figures)
+    assert live and bound and live.group(1) == bound.group(1) == "89.8 MiB", figures
     # the K·Q scores of a full-context layer, at the offsets the replay planned
     offsets = {e.tensor_id: e.offset for e in worst.events if isinstance(e, ev.PlanAlloc) and e.plan_id == plan.plan_id}
     tips = [g.find(f"{SVG}title").text or "" for g in panels[0].iter(f"{SVG}g")  # type: ignore[union-attr]

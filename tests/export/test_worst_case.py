@@ -53,6 +53,9 @@ def test_the_default_layout_is_the_reserve_that_set_the_buffer_size() -> None:
     # the plan fills the buffer it sized: the peak is the buffer (a token's binding uses little)
     assert compute.figures.highest == compute.figures.size == 20480
     assert compute.figures.lower_bound is not None and not compute.freed_note and not weights.freed_note
+    # drawn with the planner's lifetimes (a tensor nothing frees holds its bytes to the end),
+    # the most bytes live at once are the plan's lower bound
+    assert compute.figures.max_live == compute.figures.lower_bound
     assert all(not b.stale for p in lay.panels for b in p.blocks)
     svg = layout_svg(model)
     assert f"plan #{plan.plan_id} (never bound" in svg and "FREED" not in svg

@@ -141,14 +141,22 @@ def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRo
     (``PlanAlloc``, ``PlanInplace``) but never bytes. The tensors the plan skipped (weights,
     KV cache, inputs) are where they sit right after the plan's buffers exist (``cut``). A
     planned root's placement has ``index`` -1 and ``binding_id`` -1; a slot without a known
-    buffer is keyed ``-1 - slot``."""
+    buffer is keyed ``-1 - slot``. A planned root the planner never freed (no consumer's last
+    use let it go) holds its bytes to the end (``out``): in a plan, the drawn bytes are the
+    bytes the buffer had to hold."""
     plan = model.plans[plan_id]
     assert plan.graph is not None, "a plan without its graph has nothing to draw"
     buffers, cut = plan_buffers(model, plan_id)
     where: dict[int, tuple[int, int, int]] = {}
+    let_go: set[int] = set()   # freed by the planner, or taken over in place by a consumer
     for d in plan.decisions:
         if type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace:
             where[d.tensor_id] = (d.slot, d.chunk, d.offset)
+        if type(d) is ev.PlanFree:
+            let_go.add(d.tensor_id)
+        elif type(d) is ev.PlanInplace:
+            let_go.add(d.parent_id)
+    n = plan.graph.n_nodes
     by_buffer: dict[int, list[PlacedRoot]] = {}
     for root, (first, last) in liveness.graph_spans(model, plan.graph).items():
         info = model.tensors.get(root)
@@ -161,6 +169,10 @@ def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRo
             p = Placement(-1, root, buffer_id, offset, info.nbytes, ev.PlacedBy.GALLOCR, -1, plan.galloc_id, cut,
                           None)
             state, planned = PlacementState.LIVE, True
+            if root not in let_go:
+                # the planner never gave these bytes back (nothing consumed the tensor, so no
+                # last consumer freed it): they are taken to the end of the plan
+                last = n
         else:
             found = model.placement_at(root, cut)
             if found is None:
