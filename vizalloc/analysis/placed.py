@@ -92,7 +92,7 @@ def reserve_plans(model: TraceModel) -> list[int]:
 def sizing_plans(model: TraceModel) -> dict[tuple[int, int], int]:
     """``(galloc, slot) -> plan``: for every buffer slot of every graph allocator, the plan
     that needed the most bytes there (the latest of equals), the one that set the size of
-    the buffer ggml allocates for it. ``vizalloc.analysis.explain`` explains the same plan."""
+    the buffer ggml allocates for it: the plan ``vizalloc.analysis.explain`` explains."""
     best: dict[tuple[int, int], tuple[int, int, int]] = {}   # key -> (bytes, begin_seq, plan)
     for plan in model.plans.values():
         for slot, sizes in enumerate(plan.chunk_sizes):
