@@ -116,3 +116,17 @@ def test_minimalloc_writes_the_worst_case_plan(fmt: str) -> None:
     model, plan = _model()
     sel = chosen(model, fmt)
     assert sel.plan_id == plan.plan_id and sel.binding_id == -1
+
+
+def test_the_graph_diagram_of_a_reserve_gives_its_planned_offsets() -> None:
+    from vizalloc.export.graph_model import build_graph_model
+
+    model, plan = _model()
+    g = build_graph_model(model, graph_id=plan.graph_id)
+    offsets = {d.tensor_id: d.offset for d in plan.decisions if isinstance(d, (ev.PlanAlloc, ev.PlanInplace))}
+    drawn = {n.tensor_id: n for n in g.nodes}
+    compute = next(b.buffer_id for b in model.buffers.values() if b.usage == "compute")
+    for tid, off in offsets.items():
+        if tid in drawn:
+            assert (drawn[tid].buffer_id, drawn[tid].offset) == (compute, off), drawn[tid]
+    assert any(n.name == "kq-1" and n.offset == offsets[n.tensor_id] for n in g.nodes)

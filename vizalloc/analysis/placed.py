@@ -135,6 +135,22 @@ def plan_buffers(model: TraceModel, plan_id: int) -> tuple[dict[tuple[int, int],
     return found, cut
 
 
+def plan_placements(model: TraceModel, plan_id: int) -> dict[int, Placement]:
+    """``tensor -> Placement`` at a plan's offsets for every tensor it gave bytes
+    (``PlanAlloc``, ``PlanInplace``), in the buffers of :func:`plan_buffers`; ``index`` and
+    ``binding_id`` are -1 (no binding made them), a slot without a known buffer is ``-1 - slot``."""
+    plan = model.plans[plan_id]
+    buffers, cut = plan_buffers(model, plan_id)
+    out: dict[int, Placement] = {}
+    for d in plan.decisions:
+        if type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace:
+            info = model.tensors.get(d.tensor_id)
+            out[d.tensor_id] = Placement(-1, d.tensor_id, buffers.get((d.slot, d.chunk), -1 - d.slot), d.offset,
+                                         info.nbytes if info is not None else 0, ev.PlacedBy.GALLOCR, -1,
+                                         plan.galloc_id, cut, None)
+    return out
+
+
 def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRoot]], int]:
     """``(roots by buffer id, cut)``, as :func:`placed_roots` gives them for a binding, for a
     plan's own graph at the plan's offsets: a reserve's tensors were given offsets
@@ -146,12 +162,10 @@ def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRo
     bytes the buffer had to hold."""
     plan = model.plans[plan_id]
     assert plan.graph is not None, "a plan without its graph has nothing to draw"
-    buffers, cut = plan_buffers(model, plan_id)
-    where: dict[int, tuple[int, int, int]] = {}
+    cut = plan_buffers(model, plan_id)[1]
+    where = plan_placements(model, plan_id)
     let_go: set[int] = set()   # freed by the planner, or taken over in place by a consumer
     for d in plan.decisions:
-        if type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace:
-            where[d.tensor_id] = (d.slot, d.chunk, d.offset)
         if type(d) is ev.PlanFree:
             let_go.add(d.tensor_id)
         elif type(d) is ev.PlanInplace:
@@ -164,11 +178,7 @@ def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRo
             continue
         spot = where.get(root)
         if spot is not None:
-            slot, chunk, offset = spot
-            buffer_id = buffers.get((slot, chunk), -1 - slot)
-            p = Placement(-1, root, buffer_id, offset, info.nbytes, ev.PlacedBy.GALLOCR, -1, plan.galloc_id, cut,
-                          None)
-            state, planned = PlacementState.LIVE, True
+            p, state, planned = spot, PlacementState.LIVE, True
             if root not in let_go:
                 # the planner never gave these bytes back (nothing consumed the tensor, so no
                 # last consumer freed it): they are taken to the end of the plan

@@ -28,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.placed import plan_buffers
+from vizalloc.analysis.placed import plan_placements
 from vizalloc.analysis.records import TensorInfo
 from vizalloc.export.units import fmt_shape, trimmed_shape
 from vizalloc.trace import events as ev
@@ -111,14 +111,12 @@ def planned_only(model: TraceModel) -> dict[int, tuple[int, int]]:
     live = getattr(tensors, "live", tensors)
     out: dict[int, tuple[int, int]] = {}
     for plan in sorted(model.plans.values(), key=lambda p: p.begin_seq):
-        spots = [(d.tensor_id, d.slot, d.chunk, d.offset) for d in plan.decisions
-                 if (type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace)
-                 and d.tensor_id in live and not live[d.tensor_id].placements]
-        if not spots:
+        if not any((type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace)
+                   and d.tensor_id in live and not live[d.tensor_id].placements for d in plan.decisions):
             continue
-        buffers = plan_buffers(model, plan.plan_id)[0]
-        for tid, slot, chunk, offset in spots:
-            out[tid] = (buffers.get((slot, chunk), -1 - slot), offset)
+        for tid, p in plan_placements(model, plan.plan_id).items():
+            if tid in live and not live[tid].placements:
+                out[tid] = (p.buffer_id, p.offset)
     return out
 
 
