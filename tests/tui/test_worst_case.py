@@ -109,10 +109,9 @@ async def test_sorting_goes_to_the_top(reserved: Trace) -> None:
         await pilot.pause()
         assert isinstance(app.screen, TensorsScreen)
         table = app.screen.query_one("#tensors", VirtualTable)
-        for _ in range(40):
-            await pilot.press("down")
+        await pilot.press("pagedown", "pagedown", "down")
         await pilot.pause()
-        assert table.cursor == 40 and table.top > 0
+        assert table.cursor > 40 and table.top > 0
         await pilot.press("b")
         await pilot.pause()
         assert (table.cursor, table.top) == (0, 0)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.quality import buffer_lower_bound
-from vizalloc.analysis.records import NEVER, GraphSnapshot, Placement, PlacementState, TensorInfo
+from vizalloc.analysis.records import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TensorInfo
 from vizalloc.trace import events as ev
 
 
@@ -80,11 +80,18 @@ def placed_roots(model: TraceModel, graph: GraphSnapshot, plan_id: int, cut: int
     return by_buffer
 
 
+def analysed_bindings(model: TraceModel) -> Mapping[int, BindingInfo]:
+    """The bindings analysed one by one: of a streamed model (``analysis.stream``), those not
+    in a skipped repetition, whose records would be made one by one if read. A skipped step
+    binds the graph its template bound (same id), or one made in that step: no other plan's."""
+    return getattr(model.bindings, "live", model.bindings)
+
+
 def reserve_plans(model: TraceModel) -> list[int]:
     """The plans made for a graph that no binding ever bound, in trace order: worst-case
     reserves (``ggml_gallocr_reserve``, ``ggml_backend_sched_reserve``) whose offsets were
     planned but never applied to their own graph (bindings of other graphs may reuse them)."""
-    bound = {b.graph_id for b in model.bindings.values()}
+    bound = {b.graph_id for b in analysed_bindings(model).values()}
     return [p.plan_id for p in sorted(model.plans.values(), key=lambda q: q.begin_seq)
             if p.graph_id not in bound and p.graph is not None and p.chunk_sizes]
 
@@ -122,7 +129,7 @@ def plan_buffers(model: TraceModel, plan_id: int) -> tuple[dict[tuple[int, int],
     them right after planning; a slot whose buffer the trace never shows maps to none."""
     plan = model.plans[plan_id]
     later = [p.begin_seq for p in model.plans.values() if p.galloc_id == plan.galloc_id and p.begin_seq > plan.begin_seq]
-    later += [b.begin_seq for b in model.bindings.values() if b.galloc_id == plan.galloc_id
+    later += [b.begin_seq for b in analysed_bindings(model).values() if b.galloc_id == plan.galloc_id
               and b.begin_seq > plan.begin_seq]
     until = min(later, default=model.last_seq + 1)
     end = plan.end_seq if plan.end_seq != NEVER else plan.begin_seq

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.placed import plan_buffers, sizing_reserve
+from vizalloc.analysis.placed import analysed_bindings, plan_buffers, sizing_reserve
 from vizalloc.analysis.records import NEVER, BindingInfo
 from vizalloc.errors import UsageError
 
@@ -179,7 +179,7 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
     reserve = sizing_reserve(model) if worst_case else None
     if reserve is not None:
         pid, size = reserve
-        users = sorted(b.binding_id for b in model.bindings.values() if b.plan_id == pid)
+        users = sorted(b.binding_id for b in analysed_bindings(model).values() if b.plan_id == pid)
         reuse = (f"; binding{'s' if len(users) > 1 else ''} {', '.join('#' + str(u) for u in users[:3])}"
                  f"{', ...' if len(users) > 3 else ''} reuse{'' if len(users) > 1 else 's'} its offsets" if users else "")
         return _plan_selection(model, pid, f"no finding; the worst-case reserve that set the compute buffer's "
