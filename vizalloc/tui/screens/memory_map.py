@@ -30,8 +30,10 @@ class MapScreen(PaneScreen):
     PANE = "Memory map"
     INFO_ROWS = 4   # the cursor's place and up to three tensors, or "… and N more"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "binding(1)", "Next binding"),   # or reserve plan, in trace order
-        Binding("p", "binding(-1)", "Prev binding"),
+        Binding("n", "binding(1)", "Next binding",
+                tooltip="Next binding, or worst-case reserve (a plan never bound), in trace order"),
+        Binding("p", "binding(-1)", "Prev binding",
+                tooltip="Prev binding, or worst-case reserve (a plan never bound), in trace order"),
         Binding("b", "buffer(1)", "Next buffer"),
         Binding("enter", "open", "Tensor"),
     ]
