@@ -30,6 +30,10 @@ from vizalloc.cli import main
 from tests.capture.conftest import VIZALLOC
 from tests.capture.gguf_models import LLAMA3_8B, write_llama_gguf
 
+#: real llama.cpp (xllamacpp) contexts: minutes, not seconds;
+#: `python -m pytest -m "not slow"` leaves them out
+pytestmark = pytest.mark.slow
+
 
 #: (n_ctx, n_ubatch, flash attention) -> llama.cpp's logged CPU compute buffer, MiB (design/real-ggml.md)
 LOGGED = {(2048, 512, "off"): "34.27", (2048, 512, "on"): "21.28", (8192, 512, "off"): "94.27",

@@ -93,3 +93,40 @@ def mlp_chain(n_layers: int, width: int = 8, prefix: str = "blk.{i}.") -> list[e
         g.build_forward_expand(cur)
         assert GraphAllocator([BufferType("CPU", alignment=32)]).alloc_graph(g)
     return rec.events
+
+
+def reserve_then_tokens(n_layers: int = 3, n_ctx: int = 64, width: int = 8, tokens: int = 2,
+                        free_at_end: bool = True) -> list[ev.Event]:
+    """What a llama.cpp context does: weights in their own buffer; the worst-case graph (a
+    micro-batch of ``n_ctx`` tokens, with an ``n_ctx x n_ctx`` score matrix per layer,
+    ``kq-<layer>``) reserved, never bound; then ``tokens`` one-token graphs of the same
+    structure bound with that plan; at the end every buffer is freed, as a process exits."""
+    def graph(rows: int, ws: list[object]) -> Graph:
+        ctx = Context(name="compute", no_alloc=True)
+        x = ctx.new_tensor_2d(F32, width, rows, "inp_embd")
+        set_input(x)
+        cur = x
+        for i, w in enumerate(ws):
+            q = ops.mul_mat(ctx, w, cur).set_name(f"q-{i}")                       # type: ignore[arg-type]
+            kq = ops.mul_mat(ctx, q, q).set_name(f"kq-{i}")                       # rows x rows
+            kqv = ops.mul_mat(ctx, ops.cont(ctx, ops.transpose(ctx, q)), kq)                # width x rows
+            cur = ops.relu(ctx, kqv).set_name(f"l_out-{i}")
+        set_output(cur)
+        g = Graph()
+        g.build_forward_expand(cur)
+        return g
+
+    with StrictRecorder() as rec:
+        wctx = Context(name="weights", no_alloc=True)
+        ws: list[object] = [wctx.new_tensor_2d(F32, width, width, f"blk.{i}.attn_q.weight") for i in range(n_layers)]
+        weights = alloc_ctx_tensors(wctx, CPUBackend(), Usage.WEIGHTS)
+        ga = GraphAllocator([BufferType("CPU", alignment=32)])
+        assert ga.reserve(graph(n_ctx, ws))
+        for _ in range(tokens):
+            assert ga.alloc_graph(graph(1, ws))
+        if free_at_end:
+            for b in [*(c for chunks in ga.buffers if chunks for c in chunks),
+                      *(weights if isinstance(weights, list) else [weights])]:
+                if b is not None:
+                    b.free()
+    return rec.events

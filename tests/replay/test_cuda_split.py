@@ -27,6 +27,10 @@ from vizalloc.trace.api import load
 
 from tests.capture.gguf_models import write_llama_gguf
 
+#: real llama.cpp (xllamacpp) on a model written from scratch: minutes, not seconds;
+#: `python -m pytest -m "not slow"` leaves them out
+pytestmark = pytest.mark.slow
+
 N_LAYER = 4
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.placed import sizing_plans
 from vizalloc.analysis.records import NEVER, TYPE_SIZES
 from vizalloc.analysis.quality import Block, plan_quality
 
@@ -336,6 +337,7 @@ def _groups(model: TraceModel, live: Sequence[Block], peak_step: int, peak_bytes
 def explain(model: TraceModel, *, hints: Mapping[str, int] | None = None) -> Explanation:
     """Every compute buffer of the trace explained at its peak (by allocator, then slot)."""
     out: list[BufferExplanation] = []
+    sizing = sizing_plans(model)
     by_galloc: dict[int, list[int]] = {}
     for plan in sorted(model.plans.values(), key=lambda p: p.begin_seq):
         if plan.chunk_sizes:
@@ -350,7 +352,7 @@ def explain(model: TraceModel, *, hints: Mapping[str, int] | None = None) -> Exp
             if size == 0:
                 continue
             same = tuple(pid for pid in plan_ids if sizes[pid] == size)
-            plan_id = same[-1]
+            plan_id = sizing[(galloc_id, slot)]   # the latest of ``same``: the one the layout draws too
             quality = plan_quality(model, plan_id)[0]
             sq = next((s for s in quality.slots if s.slot == slot), None)
             if sq is None:  # a slot sharing another's allocator: explained with that one

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from vizalloc.analysis import liveness
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.quality import buffer_lower_bound
-from vizalloc.analysis.records import NEVER, GraphSnapshot, Placement, PlacementState, TensorInfo
+from vizalloc.analysis.records import NEVER, BindingInfo, GraphSnapshot, Placement, PlacementState, TensorInfo
+from vizalloc.trace import events as ev
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,126 @@ def placed_roots(model: TraceModel, graph: GraphSnapshot, plan_id: int, cut: int
             info, p, first, first if last is None else last, state,
             root in planned and state is PlacementState.LIVE))
     return by_buffer
+
+
+def analysed_bindings(model: TraceModel) -> Mapping[int, BindingInfo]:
+    """The bindings analysed one by one: of a streamed model (``analysis.stream``), those not
+    in a skipped repetition, whose records would be made one by one if read. A skipped step
+    binds the graph its template bound (same id), or one made in that step: no other plan's."""
+    return getattr(model.bindings, "live", model.bindings)
+
+
+def reserve_plans(model: TraceModel) -> list[int]:
+    """The plans made for a graph that no binding ever bound, in trace order: worst-case
+    reserves (``ggml_gallocr_reserve``, ``ggml_backend_sched_reserve``) whose offsets were
+    planned but never applied to their own graph (bindings of other graphs may reuse them)."""
+    bound = {b.graph_id for b in analysed_bindings(model).values()}
+    return [p.plan_id for p in sorted(model.plans.values(), key=lambda q: q.begin_seq)
+            if p.graph_id not in bound and p.graph is not None and p.chunk_sizes]
+
+
+def sizing_plans(model: TraceModel) -> dict[tuple[int, int], int]:
+    """``(galloc, slot) -> plan``: for every buffer slot of every graph allocator, the plan
+    that needed the most bytes there (the latest of equals), the one that set the size of
+    the buffer ggml allocates for it: the plan ``vizalloc.analysis.explain`` explains."""
+    best: dict[tuple[int, int], tuple[int, int, int]] = {}   # key -> (bytes, begin_seq, plan)
+    for plan in model.plans.values():
+        for slot, sizes in enumerate(plan.chunk_sizes):
+            key = (plan.galloc_id, slot)
+            cand = (sum(sizes), plan.begin_seq, plan.plan_id)
+            if key not in best or cand[:2] >= best[key][:2]:
+                best[key] = cand
+    return {k: v[2] for k, v in best.items() if v[0] > 0}
+
+
+def sizing_reserve(model: TraceModel) -> tuple[int, int] | None:
+    """``(plan, bytes)``: the worst-case reserve that set the size of the largest buffer a
+    graph allocator sized, when that plan is a reserve (:func:`reserve_plans`); else None.
+    For a llama.cpp run it is what ``sched_reserve`` planned: what fills the compute buffer."""
+    reserves = set(reserve_plans(model))
+    found: tuple[int, int] | None = None
+    for (_, slot), plan_id in sizing_plans(model).items():
+        size = sum(model.plans[plan_id].chunk_sizes[slot])
+        if found is None or size > found[1]:
+            found = (plan_id, size)
+    return found if found is not None and found[0] in reserves else None
+
+
+def plan_buffers(model: TraceModel, plan_id: int) -> tuple[dict[tuple[int, int], int], int]:
+    """``((slot, chunk) -> buffer id, cut)``: the buffers of the graph allocator that hold a
+    plan's offsets, and the event right after which they all exist. ggml allocates (or keeps)
+    them right after planning; a slot whose buffer the trace never shows maps to none."""
+    plan = model.plans[plan_id]
+    later = [p.begin_seq for p in model.plans.values() if p.galloc_id == plan.galloc_id and p.begin_seq > plan.begin_seq]
+    later += [b.begin_seq for b in analysed_bindings(model).values() if b.galloc_id == plan.galloc_id
+              and b.begin_seq > plan.begin_seq]
+    until = min(later, default=model.last_seq + 1)
+    end = plan.end_seq if plan.end_seq != NEVER else plan.begin_seq
+    pool = [b for b in model.buffers.values() if b.pool_id == plan.galloc_id]
+    cut = max([end] + [b.alloc_seq for b in pool if end < b.alloc_seq < until])
+    found: dict[tuple[int, int], int] = {}
+    for b in sorted(pool, key=lambda x: x.alloc_seq):
+        if b.alive_at(cut):
+            found[(b.slot, b.chunk)] = b.buffer_id
+    return found, cut
+
+
+def plan_placements(model: TraceModel, plan_id: int) -> dict[int, Placement]:
+    """``tensor -> Placement`` at a plan's offsets for every tensor it gave bytes
+    (``PlanAlloc``, ``PlanInplace``), in the buffers of :func:`plan_buffers`; ``index`` and
+    ``binding_id`` are -1 (no binding made them), a slot without a known buffer is ``-1 - slot``."""
+    plan = model.plans[plan_id]
+    buffers, cut = plan_buffers(model, plan_id)
+    out: dict[int, Placement] = {}
+    for d in plan.decisions:
+        if type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace:
+            info = model.tensors.get(d.tensor_id)
+            out[d.tensor_id] = Placement(-1, d.tensor_id, buffers.get((d.slot, d.chunk), -1 - d.slot), d.offset,
+                                         info.nbytes if info is not None else 0, ev.PlacedBy.GALLOCR, -1,
+                                         plan.galloc_id, cut, None)
+    return out
+
+
+def plan_roots(model: TraceModel, plan_id: int) -> tuple[dict[int, list[PlacedRoot]], int]:
+    """``(roots by buffer id, cut)``, as :func:`placed_roots` gives them for a binding, for a
+    plan's own graph at the plan's offsets: a reserve's tensors were given offsets
+    (``PlanAlloc``, ``PlanInplace``) but never bytes. The tensors the plan skipped (weights,
+    KV cache, inputs) are where they sit right after the plan's buffers exist (``cut``). A
+    planned root's placement has ``index`` -1 and ``binding_id`` -1; a slot without a known
+    buffer is keyed ``-1 - slot``. A planned root the planner never freed (no consumer's last
+    use let it go) holds its bytes to the end (``out``): in a plan, the drawn bytes are the
+    bytes the buffer had to hold."""
+    plan = model.plans[plan_id]
+    assert plan.graph is not None, "a plan without its graph has nothing to draw"
+    cut = plan_buffers(model, plan_id)[1]
+    where = plan_placements(model, plan_id)
+    let_go: set[int] = set()   # freed by the planner, or taken over in place by a consumer
+    for d in plan.decisions:
+        if type(d) is ev.PlanFree:
+            let_go.add(d.tensor_id)
+        elif type(d) is ev.PlanInplace:
+            let_go.add(d.parent_id)
+    n = plan.graph.n_nodes
+    by_buffer: dict[int, list[PlacedRoot]] = {}
+    for root, (first, last) in liveness.graph_spans(model, plan.graph).items():
+        info = model.tensors.get(root)
+        if info is None:
+            continue
+        spot = where.get(root)
+        if spot is not None:
+            p, state, planned = spot, PlacementState.LIVE, True
+            if root not in let_go:
+                # the planner never gave these bytes back (nothing consumed the tensor, so no
+                # last consumer freed it): they are taken to the end of the plan
+                last = n
+        else:
+            found = model.placement_at(root, cut)
+            if found is None:
+                continue
+            p, state, planned = found, model.placement_state(found, cut), False
+        by_buffer.setdefault(p.buffer_id, []).append(PlacedRoot(info, p, first, first if last is None else last,
+                                                                state, planned))
+    return by_buffer, cut
 
 
 @dataclass(frozen=True, slots=True)

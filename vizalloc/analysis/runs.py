@@ -22,9 +22,10 @@ positions in that list).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+import operator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -468,9 +469,33 @@ def _make_placement(table: RunTable, idx: int, model: Any) -> None:
 
 # -- the model's containers, skipped steps included -------------------------------------------
 
-class VirtualMap:
+def _key(k: object) -> int | None:
+    """An integer key as an ``int`` (numpy integers too); None for anything else (never found)."""
+    if isinstance(k, int):
+        return k
+    try:
+        return operator.index(k)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _position(i: object, n: int) -> int:
+    """Index ``i`` of a sequence of ``n`` as a position in ``0..n-1`` (negative counts from the end)."""
+    try:
+        k = operator.index(i)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"indices must be integers or slices, not {type(i).__name__}") from None
+    if k < 0:
+        k += n
+    if not 0 <= k < n:
+        raise IndexError(i)
+    return k
+
+
+class VirtualMap(Mapping[int, Any]):
     """A model dict (``tensors``, ``graphs``, ``bindings``, ``computes``) with the skipped steps'
-    objects in it, in creation order; their records are made when read."""
+    objects in it, in creation order; their records are made when read. Read-only (the
+    analysis that fills ``live`` is over when it is made)."""
 
     def __init__(self, live: dict[int, Any], runs: list[Run], kind: str, container: str) -> None:
         self.live = live
@@ -479,30 +504,30 @@ class VirtualMap:
         self.container = container
         self.made = {key[1] for r in self.runs for key in r.made if key[0] == kind}
 
-    def get(self, k: int, default: Any = None) -> Any:
-        v = self.live.get(k)
+    def get(self, k: object, default: Any = None) -> Any:
+        key = _key(k)
+        if key is None:
+            return default
+        v = self.live.get(key)
         if v is not None:
             return v
         for run in self.runs:
-            v = run.record(self.kind, k)
+            v = run.record(self.kind, key)
             if v is not None:
                 return v
         return default
 
-    def __getitem__(self, k: int) -> Any:
+    def __getitem__(self, k: object) -> Any:
         v = self.get(k)
         if v is None:
             raise KeyError(k)
         return v
 
     def __contains__(self, k: object) -> bool:
-        return isinstance(k, int) and self.get(k) is not None
+        return self.get(k) is not None
 
     def __len__(self) -> int:
         return len(self.live) - len(self.made) + sum(r.n(self.kind) for r in self.runs)
-
-    def keys(self) -> Iterator[int]:
-        return iter(self)
 
     def __iter__(self) -> Iterator[int]:
         inserts = sorted(((r.insert_at.get(self.container, 0), i) for i, r in enumerate(self.runs)))
@@ -516,15 +541,10 @@ class VirtualMap:
         for _, i in inserts[j:]:
             yield from self.runs[i].ids(self.kind)
 
-    def values(self) -> Iterator[Any]:
-        return (self[k] for k in self)
 
-    def items(self) -> Iterator[tuple[int, Any]]:
-        return ((k, self[k]) for k in self)
-
-
-class VirtualList:
-    """The model's placement list with the skipped steps' placements made when read."""
+class VirtualList(Sequence[Any]):
+    """The model's placement list with the skipped steps' placements made when read
+    (``live`` holds None at their positions)."""
 
     def __init__(self, live: list[Any], table: RunTable) -> None:
         self.live = live
@@ -533,54 +553,107 @@ class VirtualList:
     def __len__(self) -> int:
         return len(self.live)
 
-    def __getitem__(self, i: int) -> Any:
-        v = self.live[i]
+    def _at(self, k: int) -> Any:
+        v = self.live[k]
         if v is None:
-            hit = self.table.find_placement(i if i >= 0 else len(self.live) + i)
+            hit = self.table.find_placement(k)
             if hit is None:
-                raise IndexError(i)
-            run, k, pos = hit
-            return run.placement(pos, k)
+                raise IndexError(k)
+            run, step, pos = hit
+            return run.placement(pos, step)
         return v
 
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(*i.indices(len(self.live)))]
+        return self._at(_position(i, len(self.live)))
+
     def __iter__(self) -> Iterator[Any]:
-        for i in range(len(self.live)):
-            yield self[i]
+        for k in range(len(self.live)):
+            yield self._at(k)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (list, VirtualList)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-class VirtualIds(list):  # type: ignore[type-arg]
-    """A buffer's placement numbers with the skipped steps' ones in place (``BufferInfo.placements``)."""
+class VirtualIds(Sequence[int]):
+    """A buffer's placement numbers with the skipped steps' ones in place (``BufferInfo.placements``):
+    ``live`` the numbers of the steps analysed, and for each run of skipped steps the position
+    in ``live`` where its numbers go. An index is found by bisection over the pieces."""
 
     def __init__(self, live: list[int], extra: list[tuple[int, Run, list[int]]]) -> None:
-        super().__init__(live)
+        self.live = list(live)
         # (position in ``live`` where the run's placements go, run, template positions in this buffer)
         self.extra = sorted(extra, key=lambda x: x[0])
-
-    def _all(self) -> Iterator[int]:
-        live = list.__iter__(self)
-        n_live = list.__len__(self)
-        j = 0
-        for pos in range(n_live + 1):
-            while j < len(self.extra) and self.extra[j][0] <= pos:
-                _, run, positions = self.extra[j]
-                for k in range(run.first_k, run.first_k + run.count):
-                    for p in positions:
-                        yield run.placement_no(run.template.placements[p].index, k)
-                j += 1
-            if pos < n_live:
-                yield next(live)
-
-    def __iter__(self) -> Iterator[int]:
-        return self._all()
+        #: the pieces in order: (first index, live position or -1 - extra number, length)
+        self._pieces: list[tuple[int, int, int]] = []
+        at = done = 0
+        for n, (pos, run, positions) in enumerate(self.extra):
+            pos = min(pos, len(self.live))
+            if pos > done:
+                self._pieces.append((at, done, pos - done))
+                at += pos - done
+                done = pos
+            size = run.count * len(positions)
+            if size:
+                self._pieces.append((at, -1 - n, size))
+                at += size
+        if done < len(self.live):
+            self._pieces.append((at, done, len(self.live) - done))
+            at += len(self.live) - done
+        self._starts = [p[0] for p in self._pieces]
+        self._len = at
 
     def __len__(self) -> int:
-        return list.__len__(self) + sum(run.count * len(p) for _, run, p in self.extra)
+        return self._len
 
+    def _at(self, i: int) -> int:
+        start, where, _ = self._pieces[bisect.bisect_right(self._starts, i) - 1]
+        off = i - start
+        if where >= 0:
+            return self.live[where + off]
+        _, run, positions = self.extra[-1 - where]
+        step, p = divmod(off, len(positions))
+        return run.placement_no(run.template.placements[positions[p]].index, run.first_k + step)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
     def __getitem__(self, i: Any) -> Any:
-        return list(self._all())[i]
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(*i.indices(self._len))]
+        return self._at(_position(i, self._len))
 
-    def __bool__(self) -> bool:
-        return len(self) > 0
+    def __iter__(self) -> Iterator[int]:
+        for start, where, size in self._pieces:
+            if where >= 0:
+                yield from self.live[where:where + size]
+            else:
+                _, run, positions = self.extra[-1 - where]
+                indices = [run.template.placements[p].index for p in positions]
+                for k in range(run.first_k, run.first_k + run.count):
+                    for idx in indices:
+                        yield run.placement_no(idx, k)
+
+    def __contains__(self, x: object) -> bool:
+        key = _key(x)
+        return key is not None and any(v == key for v in self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (list, VirtualIds)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 __all__ = ["Run", "RunTable", "Template", "VirtualIds", "VirtualList", "VirtualMap", "capture", "materialize"]

@@ -113,9 +113,9 @@ class StreamAnalysis:
         self.scan = AccessScan(self.model, self.col, self.builder.cpy_dst)
         self.bindings = BindingChecks(self.model, self.col)
         self.replans = ReplanChecks(self.model, self.col)
-        # bindings begun and not ended, and ended ones waiting for them: the binding checks
-        # run in begin order, as find_hazards runs them
-        self._open_b: dict[int, int] = {}
+        # bindings begun and not ended (id(binding) -> its begin seq), and ended ones waiting
+        # for them: the binding checks run in begin order, as find_hazards runs them
+        self._unended: dict[int, int] = {}
         self._ended: list[tuple[int, int, BindingInfo]] = []
         self._checked: set[int] = set()
         self.repeat = repeat
@@ -130,7 +130,7 @@ class StreamAnalysis:
         # column batches: the events carried into the next batch, and the run the carried step
         # may continue (the run, the instance number that step would be)
         self._carry: ColumnBatch | None = None
-        self._open: tuple[runs_mod.Run, int] | None = None
+        self._carried_run: tuple[runs_mod.Run, int] | None = None
         #: told of every event analysed (in order), and of skipped steps: ``on_skipped(run, k, count)``
         #: (steps k .. k + count - 1 of the run), between the events before and after them
         self.on_events: Any = None
@@ -154,12 +154,12 @@ class StreamAnalysis:
 
     def binding(self, b: BindingInfo) -> None:
         self.replans.binding(b.galloc_id, b.binding_id, b.begin_seq)
-        self._open_b[id(b)] = b.begin_seq
+        self._unended[id(b)] = b.begin_seq
 
     def bound(self, b: BindingInfo) -> None:
-        if self._open_b.pop(id(b), None) is not None:
+        if self._unended.pop(id(b), None) is not None:
             heapq.heappush(self._ended, (b.begin_seq, b.binding_id, b))
-            self._check_ended(min(self._open_b.values(), default=None))
+            self._check_ended(min(self._unended.values(), default=None))
 
     def changed(self, tensor_id: int) -> None:
         self.bindings.sigs.forget(tensor_id)
@@ -202,9 +202,9 @@ class StreamAnalysis:
         last_step = len(steps) - 1 if not final else -1
         reps = repetitions(batch, steps, min_steps=2)
         pos = 0
-        if self._open is not None:
-            run, k = self._open
-            self._open = None
+        if self._carried_run is not None:
+            run, k = self._carried_run
+            self._carried_run = None
             first = reps[0] if reps and reps[0].first == 0 else None
             if first is not None and run.moves_like(first.shift) and _same_step(run, k, batch, *steps[0]):
                 pos, carry = self._grow(batch, steps, first, run, k, last_step)
@@ -253,7 +253,7 @@ class StreamAnalysis:
         # one step to skip and a last one to analyse
         while rep.last - i >= 2 and attempts < _ATTEMPTS:
             lo, hi = steps[i]
-            if self._open_bindings():  # a binding check waits: steps are not independent
+            if self._checks_waiting():  # a binding check waits: steps are not independent
                 self._literal(batch, lo, hi)
                 prev = None
                 i += 1
@@ -271,8 +271,8 @@ class StreamAnalysis:
         self._literal(batch, steps[i][0], end)
         return end, batch.n
 
-    def _open_bindings(self) -> bool:
-        return bool(self._open_b or self._ended)
+    def _checks_waiting(self) -> bool:
+        return bool(self._unended or self._ended)
 
     def _observed(self, batch: ColumnBatch, lo: int, hi: int) -> tuple[Observation, dict[str, int]] | None:
         """Analyse events ``lo..hi`` while noting what they read; None when they found something
@@ -339,7 +339,7 @@ class StreamAnalysis:
         out["replan_bindings"] = sum(e[0] for e in self.replans.bindings.values())
         out["replan_state"] = len(self.replans.planned) + len(self.replans.waiting) + len(self.replans.per_galloc)
         out["checked"] = len(self._checked)
-        out["open"] = len(self._open_b) + len(self._ended)
+        out["open"] = len(self._unended) + len(self._ended)
         return out
 
     def _skip(self, batch: ColumnBatch, steps: Sequence[tuple[int, int]], i: int, rep: Repetition,
@@ -439,7 +439,7 @@ class StreamAnalysis:
         """The repetition's last step (instance ``k`` of ``run``): carried when the batch ends with it,
         else analysed and checked."""
         if rep.last == last_step:
-            self._open = (run, k)
+            self._carried_run = (run, k)
             return steps[rep.last][0], steps[rep.last][0]
         self._last_of_run(batch, steps[rep.last], run, k)
         return steps[rep.last][1], batch.n
@@ -550,7 +550,7 @@ class StreamAnalysis:
     def finish(self) -> list[Hazard]:
         """The hazards, sorted as ``find_hazards`` sorts them; the model shows skipped steps' objects."""
         self._end_columns()
-        self._open_b.clear()
+        self._unended.clear()
         self._check_ended(None)
         self.scan.finish()
         self.replans.finish()
@@ -573,7 +573,7 @@ class StreamAnalysis:
             extra = [(run.insert_at[f"buffer{buf_id}"], run, run.template.by_buffer[buf_id]) for run in runs
                      if buf_id in run.template.by_buffer]
             if extra:
-                buf.placements = runs_mod.VirtualIds(buf.placements, extra)
+                buf.placements = runs_mod.VirtualIds(buf.placements, extra)  # type: ignore[assignment]
 
 
 def _created(batch: ColumnBatch, lo: int, hi: int) -> dict[str, list[int]]:

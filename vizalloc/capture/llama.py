@@ -223,6 +223,19 @@ class _LlamaLog:
             if until is not None and until.match(line):
                 until = None
 
+    def drain(self, timeout: float) -> None:
+        """Take in every line left, up to the filter's end (at most ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while (wait := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=wait)
+            except queue.Empty:
+                return
+            if line is None:  # the filter ended
+                self.lines.put(None)
+                return
+            _read_line(self.run, line)
+
     def __exit__(self, *exc: object) -> None:
         sys.stderr.close()
         sys.stderr = self.python_stderr
@@ -233,7 +246,7 @@ class _LlamaLog:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        self.collect(until=re.compile(r"(?!)"), timeout=5.0)  # everything, up to the filter's end
+        self.drain(timeout=5.0)
 
 
 def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:

@@ -11,7 +11,9 @@ The output goes next to the trace as ``<trace stem><ending>`` (``.dot``, ``.svg`
 ``.layout.svg``, ``.perfetto.json``, ``.report.json``, ``.minimalloc.csv``) unless ``-o``
 names it; an existing file is only replaced with ``-f``. Diagrams show the first
 binding with a finding, else the most informative one (the most scheduler splits, then
-the most bytes placed), unless ``--binding``/``--graph`` say otherwise; the picture and
+the most bytes placed), unless ``--binding``/``--graph``/``--plan`` say otherwise; a layout
+or MiniMalloc file of a trace whose largest compute buffer was sized by a worst-case
+reserve (llama.cpp's ``sched_reserve``) shows that plan, at its offsets. The picture and
 stderr say which was drawn and why. ``--offsets`` adds the recorded offsets to the
 MiniMalloc CSV (a solution file). Without Graphviz's ``dot`` program, ``--format svg`` writes the ``.dot`` file
 instead, says how to install Graphviz, and exits 0. MiniMalloc writes one file per
@@ -38,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="svg",
                         help="what to write (default: svg, the graph diagram)")
     parser.add_argument("--binding", type=int, metavar="N", help="draw the graph as bound by binding N")
-    parser.add_argument("--graph", type=int, metavar="N", help="draw graph N (as of its latest binding)")
+    parser.add_argument("--graph", type=int, metavar="N",
+                        help="draw graph N (as of its latest binding; a graph never bound at its plan's offsets)")
+    parser.add_argument("--plan", type=int, metavar="N",
+                        help="draw the graph plan N was made for, at the plan's offsets (a worst-case reserve)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="the file to write ('-' for stdout); default: next to the trace, named after it")
     parser.add_argument("-f", "--force", action="store_true", help="overwrite an existing output file")
@@ -115,13 +120,13 @@ def execute(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, "export")
         analysed = Analysed.of(trace)
         header = getattr(trace, "header", None)
-    options = Options(graph_id=args.graph, binding_id=args.binding, max_nodes=args.max_nodes, fold=fold,
-                      offsets=args.offsets, header=header)
+    options = Options(graph_id=args.graph, binding_id=args.binding, plan_id=args.plan, max_nodes=args.max_nodes,
+                      fold=fold, offsets=args.offsets, header=header)
     texts = export_texts(analysed, fmt, options)
     sel = chosen(analysed, fmt, options)
     if sel is not None:
-        hint = "" if args.binding is not None or args.graph is not None else \
-            "; draw another with --binding N or --graph N (see `vizalloc summary`)"
+        hint = "" if args.binding is not None or args.graph is not None or args.plan is not None else \
+            "; draw another with --binding N, --graph N or --plan N (see `vizalloc summary`)"
         # the title already names the plan ("graph #1 binding #1, plan #1")
         verb = "wrote the plan of" if fmt is Format.MINIMALLOC else "drew"
         hint = hint.replace("draw another", "another") if fmt is Format.MINIMALLOC else hint

@@ -59,6 +59,7 @@ class Options:
 
     graph_id: int | None = None
     binding_id: int | None = None
+    plan_id: int | None = None   # layout and MiniMalloc: one plan, drawn at its offsets
     max_nodes: int = DEFAULT_MAX_NODES
     fold: str | None = None
     offsets: bool = False   # minimalloc: add the recorded offset column
@@ -100,17 +101,18 @@ def export_texts(trace: Any, fmt: Format | str, options: Options | None = None) 
     opts = options or Options()
     a = Analysed.of(trace)
     if fmt in (Format.DOT, Format.SVG):
-        text = graph_dot(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, highlights=a.findings,
+        text = graph_dot(a.model, graph_id=_graph_of(a, opts), binding_id=opts.binding_id, highlights=a.findings,
                          fold=opts.fold, max_nodes=opts.max_nodes)
         return {"": svg_text(text) if fmt is Format.SVG else text}
     if fmt is Format.LAYOUT:
-        return {"": layout_svg(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id,
+        return {"": layout_svg(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, plan_id=opts.plan_id,
                                highlights=a.findings, prefer_bindings=_preferred(a, fmt))}
     if fmt is Format.PERFETTO:
         return {"": perfetto_json(a.model, a.findings)}
     if fmt is Format.JSON:
         return {"": report_json(a.model, a.hazards, header=opts.header or a.header)}
-    sel = select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=_preferred(a, fmt))
+    sel = select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, plan_id=opts.plan_id,
+                 prefer=_preferred(a, fmt), worst_case=True)
     if sel.plan_id < 0:
         from vizalloc.errors import UsageError
 
@@ -130,7 +132,24 @@ def chosen(trace: Any, fmt: Format | str, options: Options | None = None) -> Any
         return None
     opts = options or Options()
     a = Analysed.of(trace)
-    return select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, prefer=_preferred(a, fmt))
+    if fmt in (Format.DOT, Format.SVG):
+        return select(a.model, graph_id=_graph_of(a, opts), binding_id=opts.binding_id, prefer=_preferred(a, fmt))
+    return select(a.model, graph_id=opts.graph_id, binding_id=opts.binding_id, plan_id=opts.plan_id,
+                  prefer=_preferred(a, fmt), worst_case=True)
+
+
+def _graph_of(a: Analysed, opts: Options) -> int | None:
+    """The graph a graph diagram draws: ``--plan N`` names the graph the plan was made for
+    (a diagram shows a graph, not offsets)."""
+    if opts.plan_id is None or opts.binding_id is not None or opts.graph_id is not None:
+        return opts.graph_id
+    plan = a.model.plans.get(opts.plan_id)
+    if plan is None:
+        from vizalloc.errors import UsageError
+
+        known = ", ".join(str(k) for k in sorted(a.model.plans)) or "none"
+        raise UsageError(f"plan #{opts.plan_id} is not in the trace (plans: {known}); see `vizalloc summary TRACE`")
+    return plan.graph_id
 
 
 def _preferred(a: Analysed, fmt: Format) -> list[int]:

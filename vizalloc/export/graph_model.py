@@ -23,11 +23,12 @@ Hazard *pairs* come from ``vizalloc.analysis.hazards`` through :class:`Highlight
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.records import PlacementState
+from vizalloc.analysis.placed import plan_placements
+from vizalloc.analysis.records import Placement, PlacementState
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
 from vizalloc.export.units import trimmed_shape
@@ -178,8 +179,10 @@ def build_graph_model(model: TraceModel, *, graph_id: int | None = None, binding
                 lines_of.setdefault(tid, []).append(f"{h.kind}{with_other}: {h.reason}")
 
     # 3. nodes
+    # a graph planned and never bound: its tensors at the plan's offsets (views at their root's)
+    planned = plan_placements(model, sel.plan_id) if sel.planned else {}
     nodes = [_node(model, tid, role, cut, tid in externals or plan is None, tuple(lines_of.get(tid, ())),
-                   split_of.get(tid, -1))
+                   split_of.get(tid, -1), planned)
              for tid, role in roles.items()]
 
     # 4. edges: data, view (merged with the source slot that is the view root), in-place, copy, hazard
@@ -296,9 +299,14 @@ def _splits_at(model: TraceModel, graph_ids: set[int], cut: int) -> list[tuple[e
 
 
 def _node(model: TraceModel, tid: TensorId, role: NodeRole, cut: int, skipped: bool, hazards: tuple[str, ...],
-          split: int) -> GNode:
+          split: int, planned: Mapping[TensorId, Placement] | None = None) -> GNode:
     info = model.tensors.get(tid)
     p = model.placement_at(tid, cut)
+    if p is None and planned:
+        p = planned.get(tid)
+        root = planned.get(info.view_src) if p is None and info is not None and info.view_src >= 0 else None
+        if root is not None and info is not None:
+            p = replace(root, tensor_id=tid, offset=root.offset + info.view_offs, nbytes=info.nbytes)
     buf = model.buffers.get(p.buffer_id) if p is not None else None
     stale = ""
     if p is not None:

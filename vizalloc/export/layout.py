@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
+from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots, plan_roots
 from vizalloc.export.escape import xml_escape
 from vizalloc.export.findings import Highlight
 from vizalloc.export.selection import Selection, select
@@ -57,6 +57,7 @@ FILL_NODE = "#80b1d3"
 FILL_LEAF = "#b3de69"
 BOUND = "#1a9850"
 BAND = "#ffe066"
+BAND_MIN = 5   # the max-live band's least width in pixels
 
 
 @dataclass(frozen=True)
@@ -113,22 +114,38 @@ class Layout:
 
 
 def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
-                 highlights: Sequence[Highlight] = (), prefer_bindings: Sequence[int] = ()) -> Layout:
-    """Collect the rectangles of one graph as bound (see the module docstring)."""
-    sel = select(model, graph_id=graph_id, binding_id=binding_id, prefer=prefer_bindings)
+                 plan_id: int | None = None, highlights: Sequence[Highlight] = (),
+                 prefer_bindings: Sequence[int] = ()) -> Layout:
+    """Collect the rectangles of one graph as bound, or as planned (a worst-case reserve,
+    chosen by default when it set a compute buffer's size: see the module docstring)."""
+    sel = select(model, graph_id=graph_id, binding_id=binding_id, plan_id=plan_id, prefer=prefer_bindings,
+                 worst_case=True)
     cut = sel.cut_seq
     binding = model.bindings.get(sel.binding_id)
-    snap = binding.graph if binding is not None and binding.graph is not None else model.graphs[sel.graph_id].snapshot()
+    plan = model.plans.get(sel.plan_id)
+    if sel.planned and plan is not None and plan.graph is not None:
+        snap = plan.graph
+        by_buffer, _ = plan_roots(model, sel.plan_id)
+        placed_by = f"plan #{sel.plan_id} (never bound)"
+    else:
+        snap = binding.graph if binding is not None and binding.graph is not None \
+            else model.graphs[sel.graph_id].snapshot()
+        by_buffer = placed_roots(model, snap, sel.plan_id, cut)
+        placed_by = ""
     n = snap.n_nodes
     shown = [h for h in highlights if h.tensor_id >= 0 and h.other_id >= 0
              and (h.binding_id < 0 or sel.binding_id < 0 or h.binding_id == sel.binding_id)]
     panels = []
-    by_buffer = placed_roots(model, snap, sel.plan_id, cut)
-    for buffer_id in sorted(by_buffer):
+    # a planned graph: the buffers its plan sized first (what the picture is about), then
+    # those holding what it read (weights, KV cache)
+    order = sorted(by_buffer, key=lambda k: (not any(r.planned for r in by_buffer[k]), k)) if sel.planned \
+        else sorted(by_buffer)
+    for buffer_id in order:
         roots = by_buffer[buffer_id]
         blocks = sorted((Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, trimmed_shape(r.info.ne),
                                r.placement.offset, r.placement.nbytes, r.first, r.last, r.planned, r.stale_note(),
-                               enum_text(r.placement.by), r.placement.binding_id) for r in roots),
+                               placed_by if r.planned and placed_by else enum_text(r.placement.by),
+                               r.placement.binding_id) for r in roots),
                         key=lambda b: (b.offset, b.first, b.tensor_id))
         by_id = {b.tensor_id: b for b in blocks}
         collisions = []
@@ -146,7 +163,6 @@ def build_layout(model: TraceModel, *, graph_id: int | None = None, binding_id: 
             else buffer_title(buffer_id, None, None, None, None)
         panels.append(Panel(buffer_id, title, tuple(blocks), tuple(collisions),
                             buffer_figures(model, buffer_id, roots, sel.plan_id, cut)))
-    plan = model.plans.get(sel.plan_id)
     return Layout(sel, n, tuple(panels), plan.graph_id if plan is not None else -1)
 
 
@@ -265,7 +281,7 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
       "the end); y: byte offset; hover a block for details</text>\n")
     if sel.note:
         w(f'<text x="{MARGIN_LEFT}" y="50" fill="#555">{xml_escape(sel.note)}'
-          "; another with --binding N or --graph N</text>\n")
+          "; another with --binding N, --graph N or --plan N</text>\n")
 
     def x_of(step: int) -> float:
         return MARGIN_LEFT + (step + 1) * step_w
@@ -312,11 +328,14 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
         w("\n")
         # the step where the most bytes are live (behind the blocks, named below the axis)
         if fig.max_live_step >= -1:
-            xb = x_of(fig.max_live_step)
+            # never thinner than BAND_MIN pixels (a graph of 800 nodes has 1-pixel columns),
+            # widened around its column and kept inside the plot
+            band_w = max(step_w, BAND_MIN)
+            xb = min(max(x_of(fig.max_live_step) + step_w / 2 - band_w / 2, MARGIN_LEFT), MARGIN_LEFT + plot_w - band_w)
             tip = f"max live: {fmt_bytes(fig.max_live)} held at step {step_label(fig.max_live_step, n)}"
-            w(f'<rect class="max-live" x="{_num(xb)}" y="{_num(top)}" width="{_num(step_w)}" '
+            w(f'<rect class="max-live" x="{_num(xb)}" y="{_num(top)}" width="{_num(band_w)}" '
               f'height="{PANEL_HEIGHT}" fill="{BAND}" opacity="0.5"><title>{xml_escape(tip)}</title></rect>'
-              f'<text x="{_num(min(max(xb + step_w / 2, MARGIN_LEFT + 50), MARGIN_LEFT + plot_w + 40))}" '
+              f'<text x="{_num(min(max(xb + band_w / 2, MARGIN_LEFT + 50), MARGIN_LEFT + plot_w + 40))}" '
               f'y="{_num(bottom + 27)}" text-anchor="middle" fill="#8a6d00">'
               f"{xml_escape('max live ' + fmt_bytes(fig.max_live))}</text>\n")
         labels: list[str] = []
@@ -339,10 +358,16 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
             if y1 - y0 < LINE_HEIGHT + 1:
                 continue
             spot = placer.place(x0, x1, y0, y1, len(b.name))
+            label_x = x0 + 3
+            if spot is None and y1 - y0 >= 3 * LINE_HEIGHT and x1 < MARGIN_LEFT + plot_w - 30:
+                # a tall block too narrow for its name (a 64 MiB K·Q tensor live for two of 800
+                # nodes): the name goes beside it, on the right
+                spot = placer.place(x1 + 1, MARGIN_LEFT + plot_w, y0, y1, len(b.name))
+                label_x = x1 + 4
             if spot is not None:
                 baseline, chars = spot
                 colour = f' fill="{STALE_TEXT}" font-style="italic"' if b.stale else ""
-                labels.append(f'<text x="{_num(x0 + 3)}" y="{_num(baseline - 2)}" pointer-events="none"{colour} '
+                labels.append(f'<text x="{_num(label_x)}" y="{_num(baseline - 2)}" pointer-events="none"{colour} '
                               'stroke="white" stroke-width="2.5" stroke-opacity="0.8" paint-order="stroke">'
                               f"{xml_escape(b.name, chars)}</text>")
         for a, b, kind in panel.collisions:
@@ -357,6 +382,11 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
               f'y="{_num(y_of(hi))}" width="{_num(x_of(s1) + step_w - x_of(s0))}" '
               f'height="{_num(max(y_of(lo) - y_of(hi), 2))}" fill="url(#hatch)" fill-opacity="0.75" '
               f'stroke="{COLLISION}" stroke-width="2.5"/></g>\n')
+        if fig.max_live_step >= -1:
+            # the band's edges over the blocks too, so that it shows where they cover it
+            w(f'<rect class="max-live-edge" x="{_num(xb)}" y="{_num(top)}" width="{_num(band_w)}" '
+              f'height="{PANEL_HEIGHT}" fill="none" stroke="#b8860b" stroke-width="1" stroke-dasharray="3,2" '
+              'pointer-events="none"/>\n')
         for text in labels:
             w(text + "\n")
         # the peak and lower-bound lines, named in the right margin (never in another panel:
@@ -392,9 +422,10 @@ def write_layout_svg(layout: Layout, out: TextIO) -> None:
 
 
 def layout_svg(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
-               highlights: Sequence[Highlight] = (), prefer_bindings: Sequence[int] = ()) -> str:
+               plan_id: int | None = None, highlights: Sequence[Highlight] = (),
+               prefer_bindings: Sequence[int] = ()) -> str:
     """Trace model in, SVG text out."""
     buf = io.StringIO()
-    write_layout_svg(build_layout(model, graph_id=graph_id, binding_id=binding_id, highlights=highlights,
-                                  prefer_bindings=prefer_bindings), buf)
+    write_layout_svg(build_layout(model, graph_id=graph_id, binding_id=binding_id, plan_id=plan_id,
+                                  highlights=highlights, prefer_bindings=prefer_bindings), buf)
     return buf.getvalue()

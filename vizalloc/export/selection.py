@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.placed import analysed_bindings, plan_buffers, sizing_reserve
 from vizalloc.analysis.records import NEVER, BindingInfo
 from vizalloc.errors import UsageError
 
@@ -43,12 +44,19 @@ class Selection:
         return f"drawn: {self.reason}" if self.reason and self.choices > 1 else ""
 
     @property
+    def planned(self) -> bool:
+        """Drawn at a plan's offsets: the graph was planned (a worst-case reserve) but never bound."""
+        return self.binding_id < 0 and self.plan_id >= 0
+
+    @property
     def title(self) -> str:
         parts = [f"graph #{self.user_graph_id}"]
         if self.graph_id != self.user_graph_id:
             parts.append(f"(scheduler graph #{self.graph_id})")
         if self.binding_id >= 0:
             parts.append(f"binding #{self.binding_id}, plan #{self.plan_id}")
+        elif self.planned:
+            parts.append(f"plan #{self.plan_id} (never bound: the offsets as planned)")
         else:
             parts.append("(not bound)")
         return " ".join(parts)
@@ -82,6 +90,13 @@ def _binding_selection(model: TraceModel, binding_id: int, reason: str = "") -> 
                      len(model.bindings))
 
 
+def _plan_selection(model: TraceModel, plan_id: int, reason: str) -> Selection:
+    plan = model.plans[plan_id]
+    cut = plan_buffers(model, plan_id)[1]
+    return Selection(plan.graph_id, _user_graph(model, plan.graph_id), -1, plan_id, plan.galloc_id, cut, reason,
+                     len(model.bindings) + len(model.plans))
+
+
 def n_splits(model: TraceModel, binding: BindingInfo) -> int:
     """How many splits the scheduler cut the binding's graph into (0 without a scheduler):
     the last run of ``SchedSplit`` events (split 0, 1, ...) of its graph before the binding."""
@@ -111,18 +126,29 @@ def most_informative(model: TraceModel) -> int:
 
 
 def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | None = None,
-           prefer: Iterable[int] = ()) -> Selection:
+           plan_id: int | None = None, prefer: Iterable[int] = (), worst_case: bool = False) -> Selection:
     """Pick the graph and moment to draw.
 
     Args:
         model: the trace model.
-        graph_id: a graph (user or scheduler graph); its latest binding is used.
+        graph_id: a graph (user or scheduler graph); its latest binding is used, or, for a
+            graph planned but never bound (a worst-case reserve), its latest plan's offsets.
         binding_id: one binding; the state right after it (wins over ``graph_id``).
-        prefer: bindings to choose when neither id is given (those with findings), first wins.
+        plan_id: one plan, drawn on the graph it was made for at its offsets (wins over both).
+        prefer: bindings to choose when no id is given (those with findings), first wins.
+        worst_case: with no id and no preferred binding, draw the worst-case reserve that set
+            the size of the largest compute buffer (:func:`~vizalloc.analysis.placed.sizing_reserve`:
+            what a llama.cpp context plans when it is created) when there is one.
 
     Raises:
-        UsageError: the binding or graph is not in the trace, or the trace has no graph.
+        UsageError: the binding, plan or graph is not in the trace, or the trace has no graph.
     """
+    if plan_id is not None:
+        plan = model.plans.get(plan_id)
+        if plan is None or plan.graph is None:
+            known = ", ".join(str(k) for k, p in sorted(model.plans.items()) if p.graph is not None) or "none"
+            raise UsageError(f"plan #{plan_id} is not in the trace (plans: {known}); see `vizalloc summary TRACE`")
+        return _plan_selection(model, plan_id, f"plan #{plan_id} as asked")
     if binding_id is not None:
         if binding_id not in model.bindings:
             known = ", ".join(str(k) for k in sorted(model.bindings)) or "none"
@@ -140,11 +166,24 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
             sel = _binding_selection(model, max(b.binding_id for b in bound))
             return Selection(sel.graph_id, graph_id, sel.binding_id, sel.plan_id, sel.galloc_id, sel.cut_seq,
                              f"the latest binding of graph #{graph_id}", sel.choices)
+        planned = [p.plan_id for p in model.plans.values() if p.graph_id in (graph_id, target) and p.graph is not None]
+        if planned:
+            pid = max(planned, key=lambda k: model.plans[k].begin_seq)
+            return _plan_selection(model, pid, f"graph #{graph_id} as asked: never bound, drawn at the offsets "
+                                               f"of its plan #{pid}")
         return Selection(graph_id, graph_id, -1, -1, -1, last_seq(model), f"graph #{graph_id} as asked (never bound)",
                          len(model.bindings))
     for bid in prefer:
         if bid in model.bindings:
             return _binding_selection(model, bid, "the first binding with a finding")
+    reserve = sizing_reserve(model) if worst_case else None
+    if reserve is not None:
+        pid, size = reserve
+        users = sorted(b.binding_id for b in analysed_bindings(model).values() if b.plan_id == pid)
+        reuse = (f"; binding{'s' if len(users) > 1 else ''} {', '.join('#' + str(u) for u in users[:3])}"
+                 f"{', ...' if len(users) > 3 else ''} reuse{'' if len(users) > 1 else 's'} its offsets" if users else "")
+        return _plan_selection(model, pid, f"no finding; the worst-case reserve that set the compute buffer's "
+                                           f"size ({size:,} B){reuse}")
     if len(model.bindings) == 1:
         return _binding_selection(model, next(iter(model.bindings)), "the only binding")
     if model.bindings:

@@ -27,6 +27,7 @@ from textual.screen import Screen
 from textual.widget import AwaitMount
 from textual.widgets import Static
 
+from vizalloc.analysis.placed import sizing_reserve
 from vizalloc.errors import VizallocError
 from vizalloc.tui.data import Analysis, analyse, analyse_streamed, read_events, streams
 from vizalloc.tui.inert import inert, inert_text
@@ -56,13 +57,15 @@ _PHASES = {"read": "reading", "model": "building the model", "hazards": "finding
 
 @dataclass(frozen=True)
 class MapTarget:
-    """Where the memory map should open: a binding, a buffer, a byte and a step, tensors to mark."""
+    """Where the memory map should open: a binding (or, ``binding_id`` -1, a plan never
+    bound: ``plan_id``), a buffer, a byte and a step, tensors to mark."""
 
     binding_id: int
     buffer_id: int = -1
     offset: int | None = None
     step: int | None = None
     selected: frozenset[int] = frozenset()
+    plan_id: int = -1
 
 
 class VizallocApp(App[None]):
@@ -118,6 +121,8 @@ class VizallocApp(App[None]):
         self._prepare_settle = True
         self._preparing = False
         self.map_target: MapTarget | None = None
+        #: ``(binding, plan)``: the memory map shows the plan, a reserve, while the binding is selected
+        self.default_reserve: tuple[int, int] | None = None
         self.load_phase = "read"
         self.load_fraction = 0.0
         self.loaded = False
@@ -209,6 +214,12 @@ class VizallocApp(App[None]):
         self.version += 1
         if self.selected_binding < 0 and self.analysis.model.bindings:
             self.selected_binding = self.first_interesting_binding()
+            if not any(h.tensor_id >= 0 for h in self.analysis.hazards):
+                # no finding to show: the memory map opens on the worst-case reserve that set the
+                # compute buffer's size (a llama.cpp context's), while that binding stays selected
+                reserve = sizing_reserve(self.analysis.model)
+                if reserve is not None:
+                    self.default_reserve = (self.selected_binding, reserve[0])
         elif self.selected_binding >= 0:
             self.prepare_binding(self.selected_binding)
         screen = self.screen
@@ -358,8 +369,9 @@ class VizallocApp(App[None]):
         self.push_screen(HelpScreen(self.screen))
 
     def show_map(self, target: MapTarget) -> None:
-        """Open the memory map at a binding, byte and step."""
-        self.selected_binding = target.binding_id
+        """Open the memory map at a binding (or a plan never bound), byte and step."""
+        if target.binding_id >= 0:
+            self.selected_binding = target.binding_id
         self.map_target = target
         if self.current_mode == "map":
             screen = self.screen
@@ -392,8 +404,9 @@ class VizallocApp(App[None]):
         self.export_view(*request)
 
     @work(thread=True, group="export")
-    def export_view(self, fmt: str, binding_id: int) -> str:
-        """Export through ``vizalloc.export`` and write with the injected writer."""
+    def export_view(self, fmt: str, binding_id: int, plan_id: int = -1) -> str:
+        """Export through ``vizalloc.export`` and write with the injected writer (``binding_id``
+        -1: the plan ``plan_id``, never bound, at its offsets)."""
         from vizalloc.export.api import Analysed, Format, Options, export_text
         from vizalloc.export.findings import highlights
 
@@ -401,8 +414,12 @@ class VizallocApp(App[None]):
         assert a is not None and self.export_writer is not None, "export without analysis or writer"
         try:
             analysed = Analysed(a.model, a.hazards, highlights(a.hazards), a.header)
-            text = export_text(analysed, fmt, Options(binding_id=binding_id))
-            where = self.export_writer(f".b{binding_id}{Format(fmt).suffix}", text)
+            if binding_id < 0 <= plan_id:
+                text = export_text(analysed, fmt, Options(plan_id=plan_id))
+                where = self.export_writer(f".plan{plan_id}{Format(fmt).suffix}", text)
+            else:
+                text = export_text(analysed, fmt, Options(binding_id=binding_id))
+                where = self.export_writer(f".b{binding_id}{Format(fmt).suffix}", text)
         except (VizallocError, OSError) as exc:
             self.call_from_thread(self.notify, inert(str(exc), 300), title="export failed", severity="error",
                                   markup=False)

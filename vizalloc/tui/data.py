@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from vizalloc.analysis.hazards import Hazard, find_hazards
 from vizalloc.analysis.model import TraceModel, build_model
+from vizalloc.analysis.placed import reserve_plans
 from vizalloc.gcpause import gc_paused
 from vizalloc.trace import events as ev
-from vizalloc.tui.mapdata import BindingMap, build_binding_map
+from vizalloc.tui.mapdata import BindingMap, MapKey, build_binding_map, build_plan_map
 from vizalloc.tui.steps import Prescan
 from vizalloc.tui.tensorrows import (
     RepeatedOrder,
@@ -66,12 +67,46 @@ class Analysis:
     binding_ids: list[int] = field(default_factory=list)
     """Every binding's id, in order (a streamed model's bindings are made when read: made once here)."""
     _inplace: dict[int, dict[int, int]] = field(default_factory=dict)
+    reserve_ids: list[int] = field(default_factory=list)
+    """The plans never bound by their own graph (worst-case reserves), in trace order: the
+    memory map shows them at their offsets, between the bindings."""
+    _map_keys: list[MapKey] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tensor_order = (RepeatedOrder(self.tensors) if isinstance(self.tensors, RepeatedRows)
                              else TensorOrder(self.tensors))
         self._binding_seqs = sorted((b.begin_seq, b.binding_id) for b in self.model.bindings.values())
         self.binding_ids = sorted(b for _, b in self._binding_seqs)
+        self.reserve_ids = reserve_plans(self.model)
+        plans = self.model.plans
+        self._map_keys = [k for _, k in sorted([(s, MapKey(b, -1)) for s, b in self._binding_seqs]
+                                               + [(plans[p].begin_seq, MapKey(-1, p)) for p in self.reserve_ids])]
+
+    def next_map(self, key: MapKey, delta: int) -> MapKey | None:
+        """The memory map ``delta`` places after ``key`` among the bindings and reserves in
+        trace order, round the end (from the first for a key that is none); None without any."""
+        keys = self._map_keys
+        if not keys:
+            return None
+        i = keys.index(key) if key in keys else -1 if delta > 0 else 0
+        return keys[(i + delta) % len(keys)]
+
+    def plan_map(self, plan_id: int) -> BindingMap:
+        """The memory map of a plan never bound (a worst-case reserve), at its offsets; kept
+        with the binding maps.
+
+        Raises:
+            KeyError: no such plan, or a plan without its graph.
+        """
+        key = -2 - plan_id   # binding ids are >= 0
+        m = self.cached_map(key)
+        if m is None:
+            m = build_plan_map(self.model, plan_id)
+            with self._maps_lock:
+                self._maps[key] = m
+                while len(self._maps) > MAP_CACHE:
+                    self._maps.popitem(last=False)
+        return m
 
     def next_binding(self, binding_id: int, delta: int) -> int:
         """The binding ``delta`` places after ``binding_id`` in id order, round the end (counted

@@ -22,9 +22,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from vizalloc.analysis.model import TraceModel
-from vizalloc.analysis.placed import BufferFigures, buffer_figures, placed_roots
+from vizalloc.analysis.placed import BufferFigures, PlacedRoot, buffer_figures, placed_roots, plan_roots
 from vizalloc.analysis.records import NEVER
 from vizalloc.analysis.rects import intersecting_pairs
 from vizalloc.export.units import buffer_title
@@ -99,9 +100,17 @@ class Panel:
         return [self.blocks[b if a == i else a] for a, b in self.overlaps if i in (a, b)]
 
 
+class MapKey(NamedTuple):
+    """Which memory map: a binding's (``plan_id`` -1), or a plan never bound (``binding_id`` -1)."""
+
+    binding_id: int
+    plan_id: int
+
+
 @dataclass(slots=True)
 class BindingMap:
-    """All panels of one binding."""
+    """All panels of one binding, or of a plan never bound (``binding_id`` -1: a worst-case
+    reserve, drawn at its offsets; see :func:`build_plan_map`)."""
 
     binding_id: int
     graph_id: int
@@ -109,6 +118,19 @@ class BindingMap:
     n_steps: int
     panels: list[Panel]
     cut_seq: int
+
+    @property
+    def planned(self) -> bool:
+        return self.binding_id < 0
+
+    @property
+    def key(self) -> MapKey:
+        return MapKey(self.binding_id, self.plan_id if self.planned else -1)
+
+    @property
+    def title(self) -> str:
+        """``binding #3`` or ``plan #2 (never bound)``."""
+        return f"plan #{self.plan_id} (never bound)" if self.planned else f"binding #{self.binding_id}"
 
     def panel(self, buffer_id: int) -> Panel | None:
         return next((p for p in self.panels if p.buffer_id == buffer_id), None)
@@ -130,22 +152,46 @@ def build_binding_map(model: TraceModel, binding_id: int) -> BindingMap:
     b = model.bindings[binding_id]
     cut = b.end_seq if b.end_seq != NEVER else model.last_seq
     snap = b.graph if b.graph is not None else model.graphs[b.graph_id].snapshot()
-    n = snap.n_nodes
     by_buffer = placed_roots(model, snap, b.plan_id, cut)
+    return BindingMap(binding_id, b.graph_id, b.plan_id, snap.n_nodes,
+                      _panels(model, by_buffer, b.plan_id, cut, snap.n_nodes, ""), cut)
+
+
+def build_plan_map(model: TraceModel, plan_id: int) -> BindingMap:
+    """The blocks of a plan's own graph at the plan's offsets
+    (:func:`vizalloc.analysis.placed.plan_roots`): a worst-case reserve, planned and never
+    bound. The buffers the plan sized come first.
+
+    Raises:
+        KeyError: no such plan.
+    """
+    plan = model.plans[plan_id]
+    if plan.graph is None:
+        raise KeyError(plan_id)
+    by_buffer, cut = plan_roots(model, plan_id)
+    n = plan.graph.n_nodes
+    panels = _panels(model, by_buffer, plan_id, cut, n, f"plan #{plan_id}")
+    panels.sort(key=lambda p: not any(b.planned for b in p.blocks))
+    return BindingMap(-1, plan.graph_id, plan_id, n, panels, cut)
+
+
+def _panels(model: TraceModel, by_buffer: dict[int, list[PlacedRoot]], plan_id: int, cut: int, n: int,
+            planned_by: str) -> list[Panel]:
     panels = []
     for buffer_id in sorted(by_buffer):
         buf = model.buffers.get(buffer_id)
         title = buffer_title(buffer_id, buf.backend, buf.buft, buf.usage, None) if buf is not None \
             else buffer_title(buffer_id, None, None, None, None)
         blocks = [Block(r.tensor_id, r.info.label, r.info.op, r.info.dtype, shape_text(r.info.ne), r.placement.offset,
-                        r.placement.nbytes, r.first, r.last, r.stale_note(), enum_text(r.placement.by),
+                        r.placement.nbytes, r.first, r.last, r.stale_note(),
+                        planned_by if planned_by and r.planned else enum_text(r.placement.by),
                         r.placement.binding_id, r.planned)
                   for r in by_buffer[buffer_id]]
         panel = Panel(buffer_id, title, buf.nbytes if buf is not None else 0, n, blocks,
-                      buffer_figures(model, buffer_id, by_buffer[buffer_id], b.plan_id, cut))
+                      buffer_figures(model, buffer_id, by_buffer[buffer_id], plan_id, cut))
         panel.overlaps = find_overlaps(panel.blocks)
         panels.append(panel)
-    return BindingMap(binding_id, b.graph_id, b.plan_id, n, panels, cut)
+    return panels
 
 
 def default_panel(bmap: BindingMap, prefer: Iterable[int] = ()) -> Panel | None:
@@ -157,6 +203,8 @@ def default_panel(bmap: BindingMap, prefer: Iterable[int] = ()) -> Panel | None:
             return p
     if not bmap.panels:
         return None
+    if bmap.planned:   # the buffer the plan sized
+        return bmap.panels[0]
     return max(bmap.panels, key=lambda p: (len(p.overlaps), sum(1 for b in p.blocks if b.stale), len(p.blocks)))
 
 

@@ -43,6 +43,10 @@ GUTTER = 11                # width of the offset column (10 digits and a rule)
 Run = tuple[str, str]
 
 
+#: The fewest cells a cut label is drawn in (its first letters and an ellipsis).
+MIN_LABEL = 4
+
+
 @functools.cache
 def parsed_style(style: str) -> Style:
     """A style string of a run, parsed once (the widgets ask for every segment they draw)."""
@@ -227,18 +231,25 @@ def map_cells(panel: Panel, geom: MapGeometry, row: int, col0: int, ncols: int, 
             cells.append((STALE_CHAR, STYLE_STALE))
         else:
             cells.append((" ", block_style(best)))
-    # labels: on the row holding a block's first byte, from its first visible column
+    # labels: on the row holding a block's first byte, from its first visible column; the
+    # whole name where it fits, cut with an ellipsis where at least MIN_LABEL cells are free,
+    # else none (a few letters of many narrow neighbours would read as one word)
     for i, owner in enumerate(chosen):
         if owner is None or geom.row_of(owner.offset) != row or (i > 0 and chosen[i - 1] is owner):
             continue
         if cells[i][0] == COLLISION_CHAR:
             continue
+        room = 0
+        while i + room < len(chosen) and chosen[i + room] is owner and cells[i + room][0] != COLLISION_CHAR:
+            room += 1
         # one character per cell: wide characters would shift the grid
         label = "".join(ch if cell_len(ch) == 1 else "?" for ch in inert(owner.name))
-        k = 0
-        while i + k < len(chosen) and chosen[i + k] is owner and k < len(label) and cells[i + k][0] != COLLISION_CHAR:
-            cells[i + k] = (label[k], cells[i + k][1])
-            k += 1
+        if len(label) > room:
+            if room < MIN_LABEL:
+                continue
+            label = label[:room - 1] + "\u2026"
+        for k, ch in enumerate(label):
+            cells[i + k] = (ch, cells[i + k][1])
     return cells
 
 

@@ -6,7 +6,9 @@ one wins): ``stale`` (it was skipped as external by a plan while its placement w
 left over from an earlier binding: the seed bug), ``view`` (it aliases its root),
 ``in-place`` (a plan let it take over a parent's bytes), ``external`` (its bytes came
 from outside any graph allocator: weights, inputs), ``fresh`` (planned by a graph
-allocator), ``none`` (it never had bytes, e.g. the originals of a deep-copied graph).
+allocator), ``planned`` (a plan gave it an offset but no binding ever placed it: a tensor
+of a worst-case reserve graph, shown at the plan's buffer and offset), ``none`` (it never
+had bytes, e.g. the originals of a deep-copied graph).
 *First/last use* are the seqs of the first and last node computes that read or wrote
 it (-1: never used by a compute).
 
@@ -26,6 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from vizalloc.analysis.model import TraceModel
+from vizalloc.analysis.placed import plan_placements
 from vizalloc.analysis.records import TensorInfo
 from vizalloc.export.units import fmt_shape, trimmed_shape
 from vizalloc.trace import events as ev
@@ -37,6 +40,7 @@ class TensorState(str, enum.Enum):
     INPLACE = "in-place"
     EXTERNAL = "external"
     FRESH = "fresh"
+    PLANNED = "planned"
     NONE = "none"
 
 
@@ -99,24 +103,42 @@ def inplace_tensors(model: TraceModel) -> set[int]:
     return {d.tensor_id for plan in model.plans.values() for d in plan.decisions if type(d) is ev.PlanInplace}
 
 
+def planned_only(model: TraceModel) -> dict[int, tuple[int, int]]:
+    """``tensor -> (buffer, offset)`` for the tensors that a plan gave an offset and nothing
+    ever placed (a worst-case reserve's graph), from the latest such plan; the buffer is the
+    one that held the plan's offsets (-1 - slot when the trace never showed it)."""
+    tensors = model.tensors
+    live = getattr(tensors, "live", tensors)
+    out: dict[int, tuple[int, int]] = {}
+    for plan in sorted(model.plans.values(), key=lambda p: p.begin_seq):
+        if not any((type(d) is ev.PlanAlloc or type(d) is ev.PlanInplace)
+                   and d.tensor_id in live and not live[d.tensor_id].placements for d in plan.decisions):
+            continue
+        for tid, p in plan_placements(model, plan.plan_id).items():
+            if tid in live and not live[tid].placements:
+                out[tid] = (p.buffer_id, p.offset)
+    return out
+
+
 def build_tensor_rows(model: TraceModel, *, progress: Callable[[int, int], None] | None = None) -> TensorRows:
     """One row per tensor of the model (see the module docstring for the columns)."""
     stale = stale_tensors(model)
     inplace = inplace_tensors(model)
+    planned = planned_only(model)
     rows = TensorRows()
     total = len(model.tensors)
     tensors = model.tensors
     # ids, not (id, info) pairs: ints that are nearly in order sort much faster (the sort
     # holds the GIL)
     for k, tid in enumerate(sorted(tensors)):
-        _add_row(rows, model, tid, tensors[tid], stale, inplace)
+        _add_row(rows, model, tid, tensors[tid], stale, inplace, planned)
         if progress is not None and k % 65536 == 65535:
             progress(k + 1, total)
     return rows
 
 
 def _add_row(rows: TensorRows, model: TraceModel, tid: int, info: TensorInfo, stale: set[int],
-             inplace: set[int]) -> None:
+             inplace: set[int], planned: dict[int, tuple[int, int]]) -> None:
     """Append tensor ``tid``'s row."""
     placements = model.placements
     events = model.events
@@ -132,8 +154,9 @@ def _add_row(rows: TensorRows, model: TraceModel, tid: int, info: TensorInfo, st
         rows.offsets.append(p.offset)
         by_pool = any(placements[i].by in _POOL for i in info.placements)
     else:
-        rows.buffers.append(-1)
-        rows.offsets.append(-1)
+        buffer_id, offset = planned.get(tid, (-1, -1))
+        rows.buffers.append(buffer_id)
+        rows.offsets.append(offset)
         by_pool = False
     rows.nbytes.append(info.nbytes)
     # history is in event order: the first and last compute touching it are near the ends
@@ -157,6 +180,8 @@ def _add_row(rows: TensorRows, model: TraceModel, tid: int, info: TensorInfo, st
         state = TensorState.STALE
     elif info.is_view:
         state = TensorState.VIEW
+    elif not info.placements and tid in planned:
+        state = TensorState.PLANNED
     elif tid in inplace:
         state = TensorState.INPLACE
     elif not info.placements:
@@ -246,11 +271,12 @@ def build_repeated_rows(model: TraceModel, runs: Sequence[Any]) -> RepeatedRows:
     """The rows of a streamed model (see :class:`RepeatedRows`); ``runs`` its ``runs.Run`` list."""
     stale = stale_tensors(model)
     inplace = inplace_tensors(model)
+    planned = planned_only(model)
     tensors = model.tensors
     live = getattr(tensors, "live", tensors)
     protos = TensorRows()
     for tid in sorted(live):
-        _add_row(protos, model, tid, live[tid], stale, inplace)
+        _add_row(protos, model, tid, live[tid], stale, inplace, planned)
     ids = [np.asarray(protos.ids, dtype=np.int64)]
     proto = [np.arange(len(protos.ids), dtype=np.int64)]
     templates: dict[int, np.ndarray] = {}   # id(template) -> its tensors' prototype rows
@@ -264,7 +290,7 @@ def build_repeated_rows(model: TraceModel, runs: Sequence[Any]) -> RepeatedRows:
         if rows is None:
             first = len(protos.ids)
             for t0 in t0s:
-                _add_row(protos, model, t0, tp.tensors[t0], stale, inplace)
+                _add_row(protos, model, t0, tp.tensors[t0], stale, inplace, planned)
                 protos.row_of.pop(t0, None)
             rows = templates[id(tp)] = np.arange(first, first + len(t0s), dtype=np.int64)
         move = r[1]

@@ -159,8 +159,9 @@ class PaneScreen(Screen[None]):
     def apply_search(self, text: str) -> None:
         """Filter or jump by ``text`` (empty: clear)."""
 
-    def export_request(self) -> tuple[str, int] | None:
-        """``(format, binding_id)`` that ``e`` exports from this pane, None if nothing."""
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
+        """``(format, binding_id)`` that ``e`` exports from this pane (``(format, -1, plan_id)``: a
+        plan never bound), None if nothing."""
         b = self.vz.selected_binding
         return ("layout", b) if b >= 0 else None
 

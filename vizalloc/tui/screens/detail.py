@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from vizalloc.export.units import fmt_bytes
+from vizalloc.trace import events as ev
 from vizalloc.tui.widgets.keys_bar import KeysBar
 from vizalloc.tui.history import HistoryView
 from vizalloc.tui.inert import inert
@@ -132,5 +133,11 @@ class DetailScreen(Screen[None]):
             if p.binding_id >= 0:
                 self.app.pop_screen()
                 self.vz.show_map(MapTarget(p.binding_id, p.buffer_id, selected=frozenset({info.root})))
+                return
+        for plan_id in reversed(a.reserve_ids):   # planned by a reserve, never placed: the plan's map
+            if any(d.tensor_id == info.root for d in a.model.plans[plan_id].decisions
+                   if isinstance(d, (ev.PlanAlloc, ev.PlanInplace))):
+                self.app.pop_screen()
+                self.vz.show_map(MapTarget(-1, selected=frozenset({info.root}), plan_id=plan_id))
                 return
         self.notify("no graph allocator ever placed this tensor: it has no memory map", markup=False)

@@ -203,7 +203,7 @@ class GraphScreen(PaneScreen):
     def apply_search(self, text: str) -> None:
         self._rebuild()
 
-    def export_request(self) -> tuple[str, int] | None:
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
         from vizalloc.export.dot import find_dot
 
         b = self.vz.selected_binding

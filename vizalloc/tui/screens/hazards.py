@@ -151,7 +151,7 @@ class HazardsScreen(PaneScreen):
     def apply_search(self, text: str) -> None:
         self._rebuild()
 
-    def export_request(self) -> tuple[str, int] | None:
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
         a = self.vz.analysis
         h = self._current()
         if a is not None and h is not None and a.hazard_binding(h) >= 0:

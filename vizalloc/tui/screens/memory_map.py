@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from vizalloc.export.units import fmt_bytes, step_label
 from vizalloc.tui.inert import inert
-from vizalloc.tui.mapdata import BindingMap, Block, Panel, default_panel
+from vizalloc.tui.mapdata import BindingMap, Block, MapKey, Panel, default_panel
 from vizalloc.tui.render import (
     COLLISION_CHAR, STALE_CHAR, STYLE_COLLISION, STYLE_SELECTED, STYLE_STALE, collisions, describe_block,
 )
@@ -30,8 +30,10 @@ class MapScreen(PaneScreen):
     PANE = "Memory map"
     INFO_ROWS = 4   # the cursor's place and up to three tensors, or "… and N more"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "binding(1)", "Next binding"),
-        Binding("p", "binding(-1)", "Prev binding"),
+        Binding("n", "binding(1)", "Next binding",
+                tooltip="Next binding, or worst-case reserve (a plan never bound), in trace order"),
+        Binding("p", "binding(-1)", "Prev binding",
+                tooltip="Prev binding, or worst-case reserve (a plan never bound), in trace order"),
         Binding("b", "buffer(1)", "Next buffer"),
         Binding("enter", "open", "Tensor"),
     ]
@@ -40,8 +42,10 @@ class MapScreen(PaneScreen):
         super().__init__()
         self.bmap: BindingMap | None = None
         self.panel: Panel | None = None
-        #: ``_open``'s arguments while its binding's map is made in a worker
+        #: ``_open_binding``'s arguments while its binding's map is made in a worker
         self._waiting: tuple[int, int, int | None, int | None, frozenset[int]] | None = None
+        #: the selected binding when a reserve's map was opened (it stays until that changes)
+        self._plan_over = -1
 
     def compose_body(self) -> Iterable[Widget]:
         yield Static(id="maphead")
@@ -62,18 +66,31 @@ class MapScreen(PaneScreen):
         selected = self.vz.selected_binding
         if self.vz.map_target is not None:
             self.apply_target()
+        elif self.bmap is not None and self.bmap.planned and self._plan_over == selected:
+            return   # a reserve's map, opened while this binding was selected: it stays
         elif self.vz.analysis is not None and (self.bmap is None or self.bmap.binding_id != selected) and (
                 self._waiting is None or self._waiting[0] != selected):
-            self._open(selected)
+            self._open_selected()
 
     def data_changed(self) -> None:
         if self.vz.map_target is not None:
             self.apply_target()
         else:
-            self._open(self.vz.selected_binding)
+            self._open_selected()
+
+    def _open_selected(self) -> None:
+        """The selected binding's map; the worst-case reserve's instead when the app chose it
+        as the first thing to show (:attr:`VizallocApp.default_reserve`) and this pane shows
+        nothing yet."""
+        selected = self.vz.selected_binding
+        default = self.vz.default_reserve
+        if self.bmap is None and default is not None and default[0] == selected:
+            self._open_plan(default[1])
+        else:
+            self._open_binding(selected)
 
     # -- opening ---------------------------------------------------------------------
-    def _open(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
+    def _open_binding(self, binding_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
               selected: frozenset[int] = frozenset(), wait: bool = True) -> None:
         """Show a binding's memory map; ``wait``: a big graph's map is made in a worker
         (False: here, as when the worker made it and it was dropped or failed meanwhile)."""
@@ -103,6 +120,22 @@ class MapScreen(PaneScreen):
             return
         self._waiting = None
         self.bmap = bmap if bmap is not None else a.binding_map(binding_id)
+        self._show(buffer_id, offset, step, selected)
+
+    def _open_plan(self, plan_id: int, buffer_id: int = -1, *, offset: int | None = None, step: int | None = None,
+                   selected: frozenset[int] = frozenset()) -> None:
+        """Show the map of a plan never bound (a worst-case reserve) at its offsets. Made here:
+        a reserve is planned once or twice per context, not once per token."""
+        a = self.vz.analysis
+        if a is None or plan_id not in a.model.plans or a.model.plans[plan_id].graph is None:
+            return
+        self._waiting = None
+        self._plan_over = self.vz.selected_binding
+        self.bmap = a.plan_map(plan_id)
+        self._show(buffer_id, offset, step, selected)
+
+    def _show(self, buffer_id: int, offset: int | None, step: int | None, selected: frozenset[int]) -> None:
+        assert self.bmap is not None
         panel = self.bmap.panel(buffer_id) if buffer_id >= 0 else None
         if panel is None:
             panel = default_panel(self.bmap, selected)
@@ -127,14 +160,18 @@ class MapScreen(PaneScreen):
     def binding_prepared(self, binding_id: int) -> None:
         if self._waiting is not None and self._waiting[0] == binding_id:
             b, buffer_id, offset, step, selected = self._waiting
-            self._open(b, buffer_id, offset=offset, step=step, selected=selected, wait=False)
+            self._open_binding(b, buffer_id, offset=offset, step=step, selected=selected, wait=False)
 
     def apply_target(self) -> None:
         target = self.vz.map_target
         if target is None or self.vz.analysis is None:
             return
         self.vz.map_target = None
-        self._open(target.binding_id, target.buffer_id, offset=target.offset, step=target.step,
+        if target.binding_id < 0 and target.plan_id >= 0:
+            self._open_plan(target.plan_id, target.buffer_id, offset=target.offset, step=target.step,
+                            selected=target.selected)
+            return
+        self._open_binding(target.binding_id, target.buffer_id, offset=target.offset, step=target.step,
                    selected=target.selected)
 
     def _head(self) -> None:
@@ -149,8 +186,12 @@ class MapScreen(PaneScreen):
         p = self.panel
         fig = p.figures
         head.no_wrap, head.overflow = True, "ellipsis"   # a narrow terminal cuts a line, never wraps it
-        head.append(f"binding #{self.bmap.binding_id}", style="bold")
-        head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
+        if self.bmap.planned:
+            head.append(f"plan #{self.bmap.plan_id}", style="bold")
+            head.append(f" of graph #{self.bmap.graph_id} (a reserve, never bound: its offsets; {p.n_steps} nodes)  ")
+        else:
+            head.append(f"binding #{self.bmap.binding_id}", style="bold")
+            head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
         head.append(inert(p.title), style="bold")
         head.append(f" {fmt_bytes(p.nbytes)}")
         if fig is not None and fig.freed:
@@ -212,14 +253,21 @@ class MapScreen(PaneScreen):
 
     # -- actions ------------------------------------------------------------------------------
     def action_binding(self, delta: int) -> None:
+        """The next (previous) map: the bindings and the reserves never bound, in trace order."""
         a = self.vz.analysis
-        if a is None or not a.model.bindings:
+        if a is None:
             return
-        cur = (self.bmap.binding_id if self.bmap is not None
-               else self._waiting[0] if self._waiting is not None else a.binding_ids[0])
+        cur = (self.bmap.key if self.bmap is not None
+               else MapKey(self._waiting[0], -1) if self._waiting is not None else None)
         buffer_id = (self.panel.buffer_id if self.panel is not None
                      else self._waiting[1] if self._waiting is not None else -1)
-        self._open(a.next_binding(cur, delta), buffer_id)
+        key = a.next_map(cur if cur is not None else MapKey(-1, -1), delta)
+        if key is None:
+            return
+        if key.binding_id >= 0:
+            self._open_binding(key.binding_id, buffer_id)
+        else:
+            self._open_plan(key.plan_id, buffer_id)
 
     def action_buffer(self, delta: int) -> None:
         if self.bmap is None or not self.bmap.panels or self.panel is None:
@@ -245,8 +293,10 @@ class MapScreen(PaneScreen):
                 return
         self.notify(f"no tensor named like {inert(text, 40)!r} in this buffer", markup=False)
 
-    def export_request(self) -> tuple[str, int] | None:
-        return ("layout", self.bmap.binding_id) if self.bmap is not None else None
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
+        if self.bmap is None:
+            return None
+        return ("layout", -1, self.bmap.plan_id) if self.bmap.planned else ("layout", self.bmap.binding_id)
 
 
 def _focus(panel: Panel, selected: frozenset[int]) -> tuple[int | None, int | None]:

@@ -25,7 +25,8 @@ from vizalloc.tui.tensorrows import RepeatedRows, TensorOrder, TensorRows, Tenso
 from vizalloc.tui.widgets.table import Column, VirtualTable
 
 _STATE_STYLE = {TensorState.STALE: "bold #ff8787", TensorState.VIEW: "#87afd7", TensorState.INPLACE: "#d7af5f",
-                TensorState.EXTERNAL: "#8a8a8a", TensorState.FRESH: "", TensorState.NONE: "#6c6c6c"}
+                TensorState.EXTERNAL: "#8a8a8a", TensorState.FRESH: "", TensorState.PLANNED: "#5fafaf",
+                TensorState.NONE: "#6c6c6c"}
 STATE_FILTERS: tuple[TensorState | None, ...] = (None, *TensorState)
 SORT_LABELS = {"id": "id", "name": "name", "nbytes": "bytes", "offset": "offset", "first": "first use",
                "last": "last use", "state": "state", "op": "op"}
@@ -154,9 +155,11 @@ class TensorsScreen(PaneScreen):
             text.append(inert(self.filter_text, 40), style="bold")
         if self.state_filter is not None:
             text.append(f", state {self.state_filter.value}")
-        text.append("   first/last seq: the events (the timeline's seq) of its first and last use; "
-                    "states: stale = skipped as external while its bytes were re-planned; fresh = planned; "
-                    "in-place = took over a parent's bytes", style="dim")
+        # every state named (80 columns hold it in the pane's four lines)
+        text.append("  first/last seq: events of first, last use · stale: skipped, its bytes re-planned "
+                    "· fresh: placed by a graph allocator · in-place: took a parent's bytes · view: "
+                    "its root's bytes · external: weights, inputs · planned: offset in a reserve never bound · "
+                    "none: no bytes", style="dim")
         self.set_info(text)
 
     def action_sort(self, key: str) -> None:
@@ -164,11 +167,11 @@ class TensorsScreen(PaneScreen):
             self.reverse = not self.reverse
         else:
             self.sort_key, self.reverse = key, key in ("nbytes",)
-        self._rebuild(keep=True)
+        self._rebuild()   # from the top: a sort is asked for its first rows (the largest tensors)
 
     def action_reverse(self) -> None:
         self.reverse = not self.reverse
-        self._rebuild(keep=True)
+        self._rebuild()
 
     def action_state_filter(self) -> None:
         i = STATE_FILTERS.index(self.state_filter)
@@ -188,7 +191,7 @@ class TensorsScreen(PaneScreen):
     def _highlighted(self, event: VirtualTable.Highlighted) -> None:
         pass
 
-    def export_request(self) -> tuple[str, int] | None:
+    def export_request(self) -> tuple[str, int] | tuple[str, int, int] | None:
         a = self.vz.analysis
         tid = self._current_id()
         if a is not None and tid is not None:

@@ -42,15 +42,18 @@ class KeysBar(Widget):
         text = Text(no_wrap=True, overflow="ellipsis")
         self._spans = []
         seen: set[str] = set()
+        items: list[tuple[str, str, bool, str]] = []   # (key shown, description, enabled, key pressed)
         for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
             if not binding.show or binding.action in seen:
                 continue
             seen.add(binding.action)
-            key = self.app.get_key_display(binding)
+            items.append((self.app.get_key_display(binding), binding.description, enabled,
+                          binding.key.split(",")[0]))
+        for key, description, enabled, press in fit_keys(items, self.size.width):
             start = len(text)
             text.append(f" {key} ", style="bold reverse" if enabled else "dim reverse")
-            text.append(f" {binding.description} ", style="" if enabled else "dim")
-            self._spans.append((start, len(text), binding.key.split(",")[0]))
+            text.append(f" {description} ", style="" if enabled else "dim")
+            self._spans.append((start, len(text), press))
         return text
 
     def on_click(self, event: events.Click) -> None:
@@ -58,3 +61,33 @@ class KeysBar(Widget):
             if start <= event.x < end:
                 self.app.simulate_key(key)
                 return
+
+
+#: Keys kept on a narrow bar whatever else has to go: the one that lists every key.
+ALWAYS_SHOWN = frozenset({"question_mark"})
+
+
+def fit_keys(items: list[tuple[str, str, bool, str]], width: int) -> list[tuple[str, str, bool, str]]:
+    """The items ``(key, description, enabled, pressed)`` that fit in ``width`` cells, in order:
+    when not all fit, the later ones go first, but never Help (``?`` lists every key).
+
+        >>> items = [("n", "Next", True, "n"), ("p", "Prev", True, "p"), ("?", "Help", True, "question_mark")]
+        >>> [i[1] for i in fit_keys(items, 80)], [i[1] for i in fit_keys(items, 20)]
+        (['Next', 'Prev', 'Help'], ['Next', 'Help'])
+    """
+    def cells(item: tuple[str, str, bool, str]) -> int:
+        return len(item[0]) + len(item[1]) + 4
+
+    if width <= 0 or sum(map(cells, items)) <= width:
+        return items
+    room = width - sum(cells(i) for i in items if i[3] in ALWAYS_SHOWN)
+    keep: set[int] = set()
+    for k, item in enumerate(items):
+        if item[3] in ALWAYS_SHOWN:
+            keep.add(k)
+        elif cells(item) <= room:
+            keep.add(k)
+            room -= cells(item)
+        else:
+            room = -1   # keep the order: nothing after the first that does not fit
+    return [item for k, item in enumerate(items) if k in keep]
