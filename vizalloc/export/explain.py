@@ -18,7 +18,7 @@ from typing import Any
 
 from vizalloc.analysis.explain import SCHEMA, BufferExplanation, Explanation, Group
 from vizalloc.export.escape import xml_escape
-from vizalloc.export.units import fmt_bytes
+from vizalloc.export.units import fmt_bytes, mib
 
 SWEEP_SCHEMA = "vizalloc.explain-sweep/1"
 
@@ -33,15 +33,6 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
            "#bab0ac", "#86bcb6", "#d37295")
 OTHERS = "#c8c8c8"
 HOLES = "#ffffff"
-
-
-def mib(nbytes: int) -> str:
-    """Bytes as llama.cpp logs them: ``34.27 MiB`` (MiB with two decimals).
-
-        >>> mib(35934240)
-        '34.27 MiB'
-    """
-    return f"{nbytes / 1048576:.2f} MiB"
 
 
 def _group_dict(g: Group) -> dict[str, Any]:
