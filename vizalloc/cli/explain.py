@@ -71,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch, llama.cpp's -ub (default 512)")
     model.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
                        help="llama.cpp's -fa (default auto)")
+    model.add_argument("--program", choices=("server", "cli", "completion"), default="server",
+                       help="whose worst-case graph: llama-server -np 1 and llama-cli reserve it with 1 output "
+                            "(default), llama-completion with --ubatch outputs")
+    model.add_argument("--outputs", type=int, default=None, metavar="N",
+                       help="the worst-case graph's outputs (logits rows), 1 to --ubatch, instead of --program's")
     model.add_argument("--metadata-only", action="store_true",
                        help="use only the model's header (no weights read, nothing allocated); a file cut after "
                             "its header is accepted")

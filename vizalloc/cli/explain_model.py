@@ -15,7 +15,8 @@ from vizalloc.predict import ModelRun, Setting, explain_model
 def settings_of(args: argparse.Namespace) -> list[Setting]:
     from vizalloc.cli.explain import parse_sweep
 
-    base = {"n_ctx": args.ctx, "n_ubatch": args.ubatch, "n_batch": args.batch, "flash_attn": args.flash_attn}
+    base = {"n_ctx": args.ctx, "n_ubatch": args.ubatch, "n_batch": args.batch, "flash_attn": args.flash_attn,
+            "program": args.program, "n_outputs": args.outputs}
     combos = parse_sweep(args.sweep) if args.sweep else [{}]
     return [Setting.of({**base, **combo}) for combo in combos]
 
@@ -56,15 +57,18 @@ def _setting_text(s: Setting) -> str:
     return f"ctx {s.n_ctx}, ubatch {s.n_ubatch}, flash attention {s.flash_attn}"
 
 
+def _ctx_text(run: ModelRun) -> str:
+    if run.spec.n_ctx == 0 and run.n_ctx:
+        return f"{run.n_ctx} (--ctx 0: the training context)"
+    return str(run.spec.n_ctx)
+
+
 def _note(name: str, run: ModelRun, metadata_only: bool) -> str:
-    fa = run.setting["flash_attn"]
-    resolved = run.report.get("flash_attn") or ""
-    if fa == "auto" and resolved:
-        fa = f"auto -> {resolved}"
     how = ("from its header alone (llama.cpp measured without allocating)" if metadata_only
            else "llama.cpp created the context")
-    return (f"{name} ({run.architecture}): n_ctx {run.setting['n_ctx']}, n_ubatch {run.setting['n_ubatch']}, "
-            f"flash attention {fa}; {how} in {run.seconds:.1f} s")
+    return (f"{name} ({run.architecture}): n_ctx {_ctx_text(run)}, n_ubatch {run.spec.n_ubatch}, "
+            f"flash attention {run.flash_attn}; the worst-case graph as {run.spec.whose} reserves it; {how} in "
+            f"{run.seconds:.1f} s")
 
 
 def _cuda_note(run: ModelRun) -> str:
@@ -106,6 +110,9 @@ def _llama_dict(run: ModelRun) -> dict[str, Any]:
     return {
         "setting": run.setting,
         "flash_attn": run.report.get("flash_attn", ""),
+        "n_ctx": run.n_ctx,
+        "n_outputs": run.spec.outputs,
+        "graph_of": run.spec.whose,
         "measured_without_memory": not run.report,
         "compute_buffers": [
             {"buft": k, "explained_nbytes": v, "allocated_nbytes": run.allocated.get(k),
@@ -175,10 +182,8 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
             table.add_column("llama.cpp", justify="right")
         table.add_column("largest at the peak", overflow="fold")
         for p, run in zip(points, runs):
-            fa = str(p.setting["flash_attn"])
-            if fa == "auto" and run.report.get("flash_attn"):
-                fa = f"auto→{run.report['flash_attn']}"
-            row: list[str | Text] = [str(p.setting["n_ctx"]), str(p.setting["n_ubatch"]), fa]
+            fa = run.flash_attn.replace(" -> ", "→")
+            row: list[str | Text] = [str(run.n_ctx), str(p.setting["n_ubatch"]), fa]
             for t in titles:
                 size = p.sizes.get(t)
                 row += [f"{size:,}", mib(size).removesuffix(" MiB")] if size is not None else ["-", "-"]

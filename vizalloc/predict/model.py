@@ -87,10 +87,11 @@ class Setting:
     @property
     def whose(self) -> str:
         """Whose worst-case graph this is, in words."""
+        n = self.outputs
         if self.n_outputs is not None:
-            return f"{self.n_outputs} output{'s' if self.n_outputs != 1 else ''} (--outputs)"
+            return f"--outputs {n} ({n} output{'s' if n != 1 else ''})"
         name = {"server": "llama-server -np 1", "cli": "llama-cli", "completion": "llama-completion"}[self.program]
-        return f"{name}'s ({self.outputs} output{'s' if self.outputs != 1 else ''})"
+        return f"{name} ({n} output{'s' if n != 1 else ''})"
 
     def llama_settings(self, model: str, *, no_alloc: bool = False, threads: int = 0) -> Any:
         from vizalloc.capture.llama import LlamaSettings
@@ -242,7 +243,7 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
                 on_start(i, setting)
             run = _run_setting(model_path, setting, tmp, no_alloc=metadata_only, threads=threads,
                                keep_trace=keep_trace, force=force, display=name, device=device, n_layer=n_layer,
-                               n_gpu_layers=n_gpu_layers)
+                               n_gpu_layers=n_gpu_layers, n_ctx_train=n_ctx_train)
             run.n_ctx_train, run.architecture = n_ctx_train, header.architecture
             runs.append(run)
     return runs
@@ -250,7 +251,7 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
 
 def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: bool, threads: int,
                  keep_trace: str | None, force: bool, display: str, device: str, n_layer: int,
-                 n_gpu_layers: int | None) -> ModelRun:
+                 n_gpu_layers: int | None, n_ctx_train: int = 0) -> ModelRun:
     """Create llama.cpp's context for one (checked) setting under the capture and explain the trace."""
     from vizalloc.analysis.explain import explain
     from vizalloc.analysis.model import build_model
@@ -267,7 +268,8 @@ def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: b
     stdout = Path(out_path).read_text(encoding="utf-8", errors="replace")
     stderr = Path(err_path).read_text(encoding="utf-8", errors="replace")
     finished = traced.finished
-    hints = {k: int(v) for k, v in (("n_ctx", setting.n_ctx), ("n_ubatch", setting.n_ubatch)) if v}
+    # --ctx 0 is the training context: its dimension is still n_ctx
+    hints = {k: int(v) for k, v in (("n_ctx", setting.n_ctx or n_ctx_train), ("n_ubatch", setting.n_ubatch)) if v}
     trace_file = str(traced.traces[0][0]) if traced.traces else ""
     imported = traced.traces[0][1] if traced.traces else None
     if finished.exit_code != 0:
