@@ -277,13 +277,34 @@ def test_whose_worst_case_graph(model: str, tmp_path: Path, program: str | None,
 
 
 def test_the_note_says_whose_graph(model: str, tmp_path: Path) -> None:
-    done = explain(tmp_path, model, "--ctx", "2048", "--ubatch", "256", "--flash-attn", "on", "--program", "completion",
-                   "--metadata-only")
+    done = explain(tmp_path, model, "--ctx", "2048", "--ubatch", "256", "--program", "completion", "--metadata-only")
     assert done.returncode == 0, done.stderr[-3000:]
     out = " ".join(done.stdout.split())
     assert "the worst-case graph as llama-completion (256 outputs) reserves it" in out
-    # measured without memory, llama.cpp logs nothing; the graph still says flash attention is on
-    assert "flash attention on;" in out
+    # measured without memory, llama.cpp logs nothing; the graph it built says what auto resolved to,
+    # as a real run's log does ("auto -> on"; it printed "flash attention auto")
+    assert "flash attention auto -> on;" in out
+
+
+def test_ctx_0_is_the_training_context_and_formulas_add_up(model: str, tmp_path: Path) -> None:
+    """``--ctx 0`` printed "n_ctx 0" for a context of 32768 tokens; the attention mask group
+    (a full and a sliding-window mask) was 33 MiB while its formula gave the larger one's 32."""
+    done = explain(tmp_path, model, "--ctx", "0", "--ubatch", "512", "--metadata-only", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["llama"]["n_ctx"] == 32768 and doc["source"]["setting"]["n_ctx"] == 0
+    (mask,) = [g for g in doc["buffers"][0]["groups"] if g["name"] == "attn_inp_kq_mask"]
+    assert mask["count"] == 2 and not mask["same_shape"] and mask["dims"][0] == "n_ctx"
+    total = 0
+    for term in mask["formula"].split(" + "):
+        product = 1
+        for n in re.findall(r"(\d+)(?: B)?(?= ×|$| \()", term):
+            product *= int(n)
+        total += product
+    assert total == mask["nbytes"], mask["formula"]
+    assert mask["formula"].startswith("n_ctx 32768 × n_ubatch 512 × 2 B (f16) + ")
+    done = explain(tmp_path, model, "--ctx", "0", "--ubatch", "512", "--metadata-only")
+    assert "n_ctx 32768 (--ctx 0: the training context)" in " ".join(done.stdout.split())
 
 
 def test_llama_completion_s_own_log_for_qwen(tmp_path: Path) -> None:

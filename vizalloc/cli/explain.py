@@ -65,13 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
                         help=f"groups listed per buffer; the rest are summed (default {DEFAULT_TOP})")
     model = parser.add_argument_group("a GGUF model (through llama.cpp)")
-    model.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size, llama.cpp's -c (default 4096)")
+    # defaults are None so that a flag given to a trace can be refused (settings_of fills them in)
+    model.add_argument("--ctx", type=int, default=None, metavar="N",
+                       help="context size, llama.cpp's -c (default 4096; 0: the model's training context)")
     model.add_argument("--batch", type=int, default=None, metavar="N",
                        help="logical batch, llama.cpp's -b (default 2048, or --ubatch if larger)")
-    model.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch, llama.cpp's -ub (default 512)")
-    model.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
+    model.add_argument("--ubatch", type=int, default=None, metavar="N",
+                       help="micro-batch, llama.cpp's -ub (default 512)")
+    model.add_argument("--flash-attn", choices=("on", "off", "auto"), default=None,
                        help="llama.cpp's -fa (default auto)")
-    model.add_argument("--program", choices=("server", "cli", "completion"), default="server",
+    model.add_argument("--program", choices=("server", "cli", "completion"), default=None,
                        help="whose worst-case graph: llama-server -np 1 and llama-cli reserve it with 1 output "
                             "(default), llama-completion with --ubatch outputs")
     model.add_argument("--outputs", type=int, default=None, metavar="N",
@@ -81,12 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "its header is accepted")
     model.add_argument("--sweep", nargs="+", metavar="KEY=V,V", default=None,
                        help="run every combination: ctx=..., ubatch=..., batch=..., fa=on,off")
-    model.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+    model.add_argument("--device", choices=("cpu", "cuda"), default=None,
                        help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend")
     model.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
                        help="with --device cuda: layers offloaded, llama.cpp's -ngl (default: all)")
     model.add_argument("--trace", metavar="FILE", help="keep the captured trace of llama.cpp in FILE")
-    model.add_argument("--threads", type=int, default=0, metavar="N", help="llama.cpp's CPU threads (default: its own)")
+    model.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="llama.cpp's CPU threads (default: its own)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -107,19 +111,37 @@ def execute(args: argparse.Namespace) -> int:
     if is_gguf(path):
         from vizalloc.cli import explain_model
 
+        model_defaults(args)
         return explain_model.execute_model(args, out_kind)
     if path.lower().endswith(".gguf"):
         raise UsageError(f"{path} is not a GGUF model file (it does not start with 'GGUF'): is it a complete "
                          "download?")
-    model_only = [flag for flag, given in (("--metadata-only", args.metadata_only), ("--sweep", args.sweep),
-                                           ("--device cuda", args.device != "cpu"), ("--trace", args.trace))
-                  if given]
+    model_only = [flag for flag in MODEL_FLAGS if _given(args, flag)]
     if model_only:
-        raise UsageError(f"{', '.join(model_only)} apply to a GGUF model; {path} is read as a trace")
+        raise UsageError(f"{', '.join(model_only)}: settings that apply to a GGUF model; {path} is read as a trace, "
+                         "which holds the settings it was captured with: give the model instead, or leave them out")
     if not _starts_like_a_trace(path):
         raise UsageError(f"{path} is neither a vizalloc trace nor a GGUF model (it starts with neither 'VZTRACE' "
                          "nor 'GGUF'): give a trace (.vztrace) or a GGUF model")
     return explain_trace(args, out_kind)
+
+
+#: the flags that set up llama.cpp's run of a model, meaningless for a trace
+MODEL_FLAGS = ("--ctx", "--batch", "--ubatch", "--flash-attn", "--program", "--outputs", "--metadata-only", "--sweep",
+               "--device", "--n-gpu-layers", "--trace", "--threads")
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    value = getattr(args, flag[2:].replace("-", "_"), None)
+    return value is not None and value is not False
+
+
+def model_defaults(args: argparse.Namespace) -> None:
+    """The defaults of the model flags (None in the parser, so a trace can refuse them)."""
+    for name, default in (("ctx", 4096), ("ubatch", 512), ("flash_attn", "auto"), ("program", "server"),
+                          ("device", "cpu"), ("threads", 0)):
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
 
 
 def _starts_like_a_trace(path: str) -> bool:

@@ -152,7 +152,7 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
 
     from vizalloc.cli.console import stdout_console
     from vizalloc.cli.explain import write_output
-    from vizalloc.export.explain import SweepPoint, explanation_dict, sweep_dict, sweep_svg
+    from vizalloc.export.explain import SweepPoint, explanation_dict, sweep_axes, sweep_dict, sweep_svg
     from vizalloc.export.units import mib
     from vizalloc.text import inert
 
@@ -199,9 +199,9 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
             console.print("(measured without memory: llama.cpp logs no size then)", style="dim")
     if args.output and args.output != "-":
         if out_kind == "svg":
-            series = [k for k in ("n_ubatch", "flash_attn", "n_batch") if len({str(p.setting.get(k)) for p in points}) > 1]
-            text = sweep_svg(points, x_key="n_ctx", series_keys=series or ["n_ubatch"], title=name,
-                             buffer_title=titles[0] if titles else "compute buffer", x_label="n_ctx",
+            x_key, series = sweep_axes(points)
+            text = sweep_svg(points, x_key=x_key, series_keys=series, title=name,
+                             buffer_title=titles[0] if titles else "compute buffer", x_label=x_key,
                              notes=[f"{runs[0].architecture}; each point: llama.cpp's context created under vizalloc's "
                                     "capture; labels in MiB"])
         else:
