@@ -37,6 +37,8 @@ from vizalloc.errors import UsageError, VizallocError
 XLLAMACPP_VERSION = "2026.10.11549"
 
 FLASH_ATTN = ("on", "off", "auto")
+#: KV cache types (llama.cpp's -ctk/-ctv) and their ggml type numbers
+KV_TYPES = {"f16": 1, "f32": 0, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
 #: llama.cpp's ``-b`` when none is given; a larger ``-ub`` raises it (``default_batch``)
 DEFAULT_BATCH = 2048
 
@@ -79,6 +81,8 @@ class LlamaSettings:
     #: llama-cli, n_ubatch as llama-completion; more than 1 is asked for through the server's
     #: speculative-decoding output limit (``run_llama``)
     n_outputs: int = 1
+    #: the KV cache's type, K and V alike (``-ctk``/``-ctv``)
+    kv_type: str = "f16"
     generate: int = 0
     prompt: str = "The capital of France is"
     threads: int = 0  # 0: llama.cpp's default (every core)
@@ -99,6 +103,8 @@ class LlamaSettings:
         if not 1 <= self.n_outputs <= self.n_ubatch:
             raise UsageError(f"--outputs {self.n_outputs}: the worst-case graph has 1 to n_ubatch ({self.n_ubatch}) "
                              "outputs; give a number in that range")
+        if self.kv_type not in KV_TYPES:
+            raise UsageError(f"--kv-type {self.kv_type!r}: give one of {', '.join(KV_TYPES)}")
         if self.flash_attn not in FLASH_ATTN:
             raise UsageError(f"--flash-attn {self.flash_attn!r}: give one of {', '.join(FLASH_ATTN)}")
         if self.generate < 0 or self.threads < 0:
@@ -275,6 +281,8 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
     p.warmup = False
     if settings.n_outputs > 1:
         _reserve_outputs(x, p, settings.n_outputs)
+    if settings.kv_type != "f16":
+        p.cache_type_k = p.cache_type_v = KV_TYPES[settings.kv_type]
     if settings.no_alloc:
         _stop_after_measuring(p)
     # a round trip through the server's task queue before it is freed: xllamacpp's Server
@@ -374,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ubatch", type=int, default=LlamaSettings.n_ubatch, metavar="N",
                         help="micro-batch, llama.cpp's -ub: the compute buffer grows with it (default %(default)s)")
     parser.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto", help="llama.cpp's -fa (default auto)")
+    parser.add_argument("--kv-type", choices=tuple(KV_TYPES), default="f16",
+                        help="the KV cache's type, llama.cpp's -ctk and -ctv (default f16)")
     parser.add_argument("--outputs", type=int, default=1, metavar="N",
                         help="outputs of the worst-case reserve: 1 as llama-server -np 1 and llama-cli (default), "
                              "the micro-batch as llama-completion")
@@ -394,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     batch = args.batch if args.batch is not None else default_batch(args.ubatch)
     settings = LlamaSettings(args.model, n_ctx=args.ctx, n_batch=batch, n_ubatch=args.ubatch,
-                             flash_attn=args.flash_attn, n_outputs=args.outputs, generate=args.generate,
+                             flash_attn=args.flash_attn, n_outputs=args.outputs, kv_type=args.kv_type,
+                             generate=args.generate,
                              prompt=args.prompt, threads=args.threads, no_alloc=args.no_alloc)
     try:
         run = run_llama(settings, verbose=args.verbose)

@@ -79,13 +79,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(default), llama-completion with --ubatch outputs")
     model.add_argument("--outputs", type=int, default=None, metavar="N",
                        help="the worst-case graph's outputs (logits rows), 1 to --ubatch, instead of --program's")
+    model.add_argument("--kv-type", choices=("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"),
+                       default=None, help="the KV cache's type, llama.cpp's -ctk and -ctv (default f16)")
     model.add_argument("--metadata-only", action="store_true",
                        help="use only the model's header (no weights read, nothing allocated); a file cut after "
                             "its header is accepted")
     model.add_argument("--sweep", nargs="+", metavar="KEY=V,V", default=None,
                        help="run every combination: ctx=..., ubatch=..., batch=..., fa=on,off")
-    model.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                       help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend")
+    model.add_argument("--device", choices=("cpu", "cuda", "rocm"), default=None,
+                       help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend; rocm: "
+                            "the same for a HIP build (ROCm0, ROCm_Host)")
+    model.add_argument("--llama-build", choices=("captured", "b10687"), default=None,
+                       help="with --device: the graph as the installed llama.cpp builds it (captured, default) or as "
+                            "llama.cpp b10687 (c841aeeb8) did, without the mixed token/embedding input branch")
     model.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
                        help="with --device cuda: layers offloaded, llama.cpp's -ngl (default: all)")
     model.add_argument("--trace", metavar="FILE", help="keep the captured trace of llama.cpp in FILE")
@@ -127,8 +133,9 @@ def execute(args: argparse.Namespace) -> int:
 
 
 #: the flags that set up llama.cpp's run of a model, meaningless for a trace
-MODEL_FLAGS = ("--ctx", "--batch", "--ubatch", "--flash-attn", "--program", "--outputs", "--metadata-only", "--sweep",
-               "--device", "--n-gpu-layers", "--trace", "--threads")
+MODEL_FLAGS = ("--ctx", "--batch", "--ubatch", "--flash-attn", "--program", "--outputs", "--kv-type", "--metadata-only",
+               "--sweep",
+               "--device", "--llama-build", "--n-gpu-layers", "--trace", "--threads")
 
 
 def _given(args: argparse.Namespace, flag: str) -> bool:
@@ -139,7 +146,8 @@ def _given(args: argparse.Namespace, flag: str) -> bool:
 def model_defaults(args: argparse.Namespace) -> None:
     """The defaults of the model flags (None in the parser, so a trace can refuse them)."""
     for name, default in (("ctx", 4096), ("ubatch", 512), ("flash_attn", "auto"), ("program", "server"),
-                          ("device", "cpu"), ("threads", 0)):
+                          ("device", "cpu"), ("threads", 0), ("kv_type", "f16"),
+                          ("llama_build", "captured")):
         if getattr(args, name, None) is None:
             setattr(args, name, default)
 

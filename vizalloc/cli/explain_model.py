@@ -16,7 +16,7 @@ def settings_of(args: argparse.Namespace) -> list[Setting]:
     from vizalloc.cli.explain import parse_sweep
 
     base = {"n_ctx": args.ctx, "n_ubatch": args.ubatch, "n_batch": args.batch, "flash_attn": args.flash_attn,
-            "program": args.program, "n_outputs": args.outputs}
+            "program": args.program, "n_outputs": args.outputs, "kv_type": args.kv_type}
     combos = parse_sweep(args.sweep) if args.sweep else [{}]
     return [Setting.of({**base, **combo}) for combo in combos]
 
@@ -32,7 +32,7 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     try:
         runs = explain_model(args.input, settings, metadata_only=args.metadata_only, device=args.device,
                              n_gpu_layers=args.n_gpu_layers, threads=args.threads, keep_trace=args.trace,
-                             force=args.force,
+                             force=args.force, build=args.llama_build,
                              on_start=(lambda i, s: progress.start(i, _setting_text(s))) if progress else None)
     finally:
         if progress is not None:
@@ -77,14 +77,18 @@ def _cuda_note(run: ModelRun) -> str:
     layers = "every layer and the output" if p.placement.output_on_gpu else \
         f"{max(0, min(ngl, p.placement.n_layer))} of {p.placement.n_layer} layers"
     cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
-    return (f"predicted for one CUDA GPU with {layers} offloaded ({p.n_splits} graph splits): llama.cpp's CPU "
-            f"graph replayed through vizalloc's scheduler with a simulated CUDA0 + CUDA_Host; the CPU-only run "
-            f"itself: {cpu} (see `vizalloc explain --help` for what the simulation assumes)")
+    gpu, host = list(p.sizes)[:2]
+    kind = "ROCm" if run.device == "rocm" else "CUDA"
+    notes = "; ".join(p.notes)
+    return (f"predicted for one {kind} GPU with {layers} offloaded ({p.n_splits} graph splits): llama.cpp's CPU "
+            f"graph replayed through vizalloc's scheduler with a simulated {gpu} + {host}"
+            + (f" ({notes})" if notes else "") + f"; the CPU-only run itself: {cpu} (see `vizalloc explain --help` "
+            "for what the simulation assumes)")
 
 
 def _predicted_dict(run: ModelRun) -> dict[str, Any]:
     p = run.prediction
-    return {"device": "cuda", "n_layer": p.placement.n_layer, "n_gpu_layers": p.placement.n_gpu_layers,
+    return {"device": run.device, "llama_build": run.build, "n_layer": p.placement.n_layer, "n_gpu_layers": p.placement.n_gpu_layers,
             "output_on_gpu": p.placement.output_on_gpu, "sizes": dict(p.sizes), "n_splits": p.n_splits,
             "cpu_only": {b.buft: b.size for b in run.cpu_explanation.buffers} if run.cpu_explanation else {},
             "notes": list(p.notes)}

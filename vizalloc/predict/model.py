@@ -38,6 +38,8 @@ DRIVER = "vizalloc.capture.llama"
 
 #: the programs whose worst-case graph can be reproduced (how many outputs they reserve)
 PROGRAMS = ("server", "cli", "completion")
+#: the devices predicted (``--device``) and the name prefix of their buffers
+DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
 
 # llama.cpp: "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 1414660096"
 _FAILED_ALLOC = re.compile(r"failed to allocate (?:\S+ )?buffer of size (\d+)")
@@ -68,6 +70,7 @@ class Setting:
     flash_attn: str = "auto"
     program: str = "server"
     n_outputs: int | None = None  # None: the program's
+    kv_type: str = "f16"          # the KV cache's type, K and V (-ctk/-ctv)
 
     @classmethod
     def of(cls, d: dict[str, Any]) -> Setting:
@@ -97,7 +100,8 @@ class Setting:
         from vizalloc.capture.llama import LlamaSettings
 
         return LlamaSettings(model, n_ctx=self.n_ctx, n_batch=self.batch, n_ubatch=self.n_ubatch,
-                             flash_attn=self.flash_attn, n_outputs=self.outputs, threads=threads, no_alloc=no_alloc)
+                             flash_attn=self.flash_attn, n_outputs=self.outputs, kv_type=self.kv_type,
+                             threads=threads, no_alloc=no_alloc)
 
     def check(self, model: str) -> None:
         """A UsageError naming the setting llama.cpp would refuse or silently change."""
@@ -110,6 +114,8 @@ class Setting:
                              "flash_attn": self.flash_attn}
         if self.program != "server" or self.n_outputs is not None:
             d["n_outputs"] = self.outputs
+        if self.kv_type != "f16":
+            d["kv_type"] = self.kv_type
         return d
 
 
@@ -133,6 +139,11 @@ class ModelRun:
     #: the model's training context, which ``n_ctx 0`` stands for (0: not known)
     n_ctx_train: int = 0
     architecture: str = ""
+    #: the captured trace's model (for predicting again: ``predict``), and the device run
+    model: Any = None
+    device: str = "cpu"
+    build: str = "captured"
+    n_layer: int = 0
     #: "on" when the captured graph computes attention with FLASH_ATTN_EXT, else "off"
     graph_flash_attn: str = ""
 
@@ -148,6 +159,17 @@ class ModelRun:
         fa = self.spec.flash_attn
         resolved = self.report.get("flash_attn") or self.graph_flash_attn
         return f"auto -> {resolved}" if fa == "auto" and resolved else fa
+
+    def predict(self, n_gpu_layers: int | None = None, *, device: str | None = None, record: bool = False) -> Any:
+        """The device prediction at another ``n_gpu_layers`` from the same capture (the CPU
+        graph does not depend on it): a ``cuda_split.Prediction``."""
+        from vizalloc.replay.cuda_split import predict_cuda
+
+        dev = device or self.device
+        if dev == "cpu" or self.model is None or not self.n_layer:
+            raise UsageError("predicting a device needs a run explained with device cuda or rocm")
+        return predict_cuda(self.model, n_layer=self.n_layer, n_gpu_layers=n_gpu_layers, record=record,
+                            build=self.build, device=DEVICE_NAMES[dev])
 
     def matches_log(self, buft: str, nbytes: int) -> bool | None:
         """Whether ``nbytes`` prints as llama.cpp's figures for ``buft`` (None: nothing logged)."""
@@ -165,6 +187,8 @@ def driver_argv(model: str, setting: Setting, *, no_alloc: bool, threads: int) -
             "--ubatch", str(setting.n_ubatch), "--flash-attn", str(setting.flash_attn), "--json"]
     if setting.outputs != 1:
         argv += ["--outputs", str(setting.outputs)]
+    if setting.kv_type != "f16":
+        argv += ["--kv-type", setting.kv_type]
     if no_alloc:
         argv.append("--no-alloc")
     if threads:
@@ -200,18 +224,21 @@ def model_layers(header: Any, path: str) -> int:
 
 def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool = False, device: str = "cpu",
                   n_gpu_layers: int | None = None, threads: int = 0, keep_trace: str | None = None,
-                  force: bool = False, on_start: Callable[[int, Setting], None] | None = None) -> list[ModelRun]:
+                  force: bool = False, on_start: Callable[[int, Setting], None] | None = None,
+                  build: str = "captured") -> list[ModelRun]:
     """Explain the model at ``path`` at every setting, each in a fresh llama.cpp process.
 
     Every setting is checked before the first run. ``device`` "cuda" predicts one GPU's
-    compute buffers (``n_gpu_layers`` None: every layer); ``keep_trace`` keeps the one
+    compute buffers (``n_gpu_layers`` None: every layer), "rocm" the same for a HIP build;
+    ``build`` "b10687" predicts the graph as that llama.cpp build makes it
+    (``cuda_split.predict_cuda``); ``keep_trace`` keeps the one
     setting's trace there; ``on_start(i, setting)`` is called before each run."""
     from vizalloc.capture.gguf_header import check_complete, read_header, write_metadata_only
 
-    if device not in ("cpu", "cuda"):
-        raise UsageError(f"device {device!r}: give cpu or cuda")
-    if n_gpu_layers is not None and device != "cuda":
-        raise UsageError("--n-gpu-layers applies to --device cuda")
+    if device != "cpu" and device not in DEVICE_NAMES:
+        raise UsageError(f"device {device!r}: give cpu, {' or '.join(DEVICE_NAMES)}")
+    if n_gpu_layers is not None and device == "cpu":
+        raise UsageError("--n-gpu-layers applies to --device cuda or rocm")
     if n_gpu_layers is not None and n_gpu_layers < 0:
         raise UsageError(f"--n-gpu-layers {n_gpu_layers}: give 0 or more (default: every layer)")
     if not settings:
@@ -221,7 +248,11 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
     if keep_trace and len(settings) > 1:
         raise UsageError("--trace keeps one trace: give it without --sweep")
     header = read_header(path)
-    n_layer = model_layers(header, path) if device == "cuda" else 0
+    n_layer = model_layers(header, path) if device != "cpu" else 0
+    from vizalloc.replay.cuda_split import BUILDS
+
+    if build not in BUILDS:
+        raise UsageError(f"--llama-build {build!r}: give one of {', '.join(BUILDS)}")
     if not metadata_only:
         check_complete(header)
     if keep_trace:
@@ -243,7 +274,7 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
                 on_start(i, setting)
             run = _run_setting(model_path, setting, tmp, no_alloc=metadata_only, threads=threads,
                                keep_trace=keep_trace, force=force, display=name, device=device, n_layer=n_layer,
-                               n_gpu_layers=n_gpu_layers, n_ctx_train=n_ctx_train)
+                               n_gpu_layers=n_gpu_layers, n_ctx_train=n_ctx_train, build=build)
             run.n_ctx_train, run.architecture = n_ctx_train, header.architecture
             runs.append(run)
     return runs
@@ -251,7 +282,7 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
 
 def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: bool, threads: int,
                  keep_trace: str | None, force: bool, display: str, device: str, n_layer: int,
-                 n_gpu_layers: int | None, n_ctx_train: int = 0) -> ModelRun:
+                 n_gpu_layers: int | None, n_ctx_train: int = 0, build: str = "captured") -> ModelRun:
     """Create llama.cpp's context for one (checked) setting under the capture and explain the trace."""
     from vizalloc.analysis.explain import explain
     from vizalloc.analysis.model import build_model
@@ -288,17 +319,19 @@ def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: b
     model = build_model(load(trace_file))
     expl = _name_buffers(explain(model, hints=hints), [b.buft for b in buffers])
     cpu_expl, prediction = None, None
-    if device == "cuda":
+    if device != "cpu":
         from vizalloc.replay.cuda_split import predict_cuda
 
-        prediction = predict_cuda(model, n_layer=n_layer, n_gpu_layers=n_gpu_layers)
+        prediction = predict_cuda(model, n_layer=n_layer, n_gpu_layers=n_gpu_layers, build=build,
+                                  device=DEVICE_NAMES[device])
         cpu_expl, expl = expl, explain(build_model(prediction.events), hints=hints)
     return ModelRun(setting.as_dict(), expl, report, cpu_explanation=cpu_expl, prediction=prediction,
                     logged={str(n): str(v) for n, v in report.get("compute_buffers", [])},
                     logged_exact={str(n): str(v) for n, v in report.get("compute_buffers_exact", [])},
                     allocated={b.buft: b.allocated for b in buffers if b.allocated is not None},
                     seconds=seconds, trace=trace_file if keep_trace else "", spec=setting,
-                    graph_flash_attn=_graph_flash_attn(model))
+                    graph_flash_attn=_graph_flash_attn(model), model=model, device=device, build=build,
+                    n_layer=n_layer)
 
 
 def _graph_flash_attn(model: Any) -> str:
