@@ -74,6 +74,14 @@ SHAPES: dict[str, Shape] = {
                         n_expert=40, n_expert_used=8, n_ff_exp=512, rope_base=1e7,
                         extra={"embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.015625,
                                "logit_scale": 6.0}),
+    "exaone": Shape("exaone", "LGAI-EXAONE/EXAONE-3.5-7.8B-Instruct config.json", n_embd=4096, n_layer=32,
+                    n_head=32, n_head_kv=8, n_ff=14336, n_vocab=102400, n_ctx_train=32768, rope_base=1e6),
+    "xverse": Shape("xverse", "xverse/XVERSE-7B-Chat config.json", n_embd=4096, n_layer=32, n_head=32, n_head_kv=32,
+                    n_ff=11008, n_vocab=100534, n_ctx_train=8192),
+    "smollm3": Shape("smollm3", "HuggingFaceTB/SmolLM3-3B config.json", n_embd=2048, n_layer=36, n_head=16,
+                     n_head_kv=4, n_ff=11008, n_vocab=128256, n_ctx_train=65536, tied=True, rope_base=5e6),
+    "llama": Shape("llama", "naver-hyperclovax/HyperCLOVAX-SEED-Text-Instruct-1.5B config.json", n_embd=2048,
+                   n_layer=24, n_head=16, n_head_kv=8, n_ff=7168, n_vocab=110592, n_ctx_train=16384, tied=True),
 }
 
 

@@ -94,6 +94,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "llama.cpp b10687 (c841aeeb8) did, without the mixed token/embedding input branch")
     model.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
                        help="with --device cuda: layers offloaded, llama.cpp's -ngl (default: all)")
+    model.add_argument("--fit", metavar="SIZE", default=None,
+                       help="with --device: what fits in SIZE of GPU memory (24GiB, 8000MiB): the largest context, "
+                            "or with --ctx the most layers (weights + KV cache + compute buffer + --fit-margin)")
+    model.add_argument("--fit-margin", type=int, default=None, metavar="MiB",
+                       help="memory --fit leaves free, as llama.cpp's --fit-target (default 1024)")
     model.add_argument("--trace", metavar="FILE", help="keep the captured trace of llama.cpp in FILE")
     model.add_argument("--threads", type=int, default=None, metavar="N",
                        help="llama.cpp's CPU threads (default: its own)")
@@ -117,7 +122,10 @@ def execute(args: argparse.Namespace) -> int:
     if is_gguf(path):
         from vizalloc.cli import explain_model
 
+        args.ctx_given = args.ctx is not None
         model_defaults(args)
+        if args.fit is not None or args.fit_margin is not None:
+            return explain_model.execute_fit(args)
         return explain_model.execute_model(args, out_kind)
     if path.lower().endswith(".gguf"):
         raise UsageError(f"{path} is not a GGUF model file (it does not start with 'GGUF'): is it a complete "
@@ -135,7 +143,7 @@ def execute(args: argparse.Namespace) -> int:
 #: the flags that set up llama.cpp's run of a model, meaningless for a trace
 MODEL_FLAGS = ("--ctx", "--batch", "--ubatch", "--flash-attn", "--program", "--outputs", "--kv-type", "--metadata-only",
                "--sweep",
-               "--device", "--llama-build", "--n-gpu-layers", "--trace", "--threads")
+               "--device", "--llama-build", "--n-gpu-layers", "--fit", "--fit-margin", "--trace", "--threads")
 
 
 def _given(args: argparse.Namespace, flag: str) -> bool:

@@ -212,3 +212,87 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
             text = json.dumps(sweep_dict(points, docs), indent=1) + "\n"
         write_output(args.output, text, args.force)
     return 0
+
+
+def execute_fit(args: argparse.Namespace) -> int:
+    """``--fit SIZE``: the largest context (or with --ctx the most layers) that fits."""
+    import json
+
+    from vizalloc.errors import UsageError
+    from vizalloc.predict.fit import DEFAULT_MARGIN, fit, parse_size
+
+    if args.fit is None:
+        raise UsageError("--fit-margin applies to --fit SIZE")
+    if args.device == "cpu":
+        raise UsageError("--fit answers for a GPU: give --device cuda or rocm")
+    if args.sweep or args.trace or args.output:
+        raise UsageError("--fit prints its own table (or --json): give it without --sweep, --trace or -o")
+    if args.ctx_given and args.n_gpu_layers is not None:
+        raise UsageError("--fit answers one question: give --ctx (the most layers that fit) or --n-gpu-layers "
+                         "(the largest context), not both")
+    budget = parse_size(args.fit)
+    margin = DEFAULT_MARGIN if args.fit_margin is None else args.fit_margin << 20
+    if args.fit_margin is not None and args.fit_margin < 0:
+        raise UsageError(f"--fit-margin {args.fit_margin}: give 0 or more MiB")
+    (setting,) = settings_of(args)
+    question = "n_gpu_layers" if args.ctx_given else "n_ctx"
+    answer = fit(args.input, budget=budget, setting=setting, question=question, n_gpu_layers=args.n_gpu_layers,
+                 device=args.device, build=args.llama_build, margin=margin, threads=args.threads)
+    if args.json:
+        sys.stdout.write(json.dumps(_fit_dict(args, answer), indent=1) + "\n")
+    else:
+        _fit_print(args, answer)
+    return 0
+
+
+def _need_dict(n: Any) -> dict[str, Any] | None:
+    if n is None:
+        return None
+    return {"n_ctx": n.n_ctx, "n_gpu_layers": n.n_gpu_layers, "weights_bytes": n.weights, "kv_cache_bytes": n.kv_cache,
+            "compute_bytes": n.compute, "host_compute_bytes": n.host_compute, "total_bytes": n.total}
+
+
+def _fit_dict(args: argparse.Namespace, a: Any) -> dict[str, Any]:
+    return {"schema": "vizalloc.fit/1", "model": args.input, "device": args.device, "llama_build": args.llama_build,
+            "question": a.question, "budget_bytes": a.budget, "margin_bytes": a.margin, "usable_bytes": a.usable,
+            "n_layer": a.n_layer, "answer": _need_dict(a.answer), "beyond": _need_dict(a.beyond),
+            "alternatives": [{"change": label, **(_need_dict(n) or {})} for label, n in a.alternatives],
+            "predictions": a.predictions, "captures": a.captures, "seconds": round(a.seconds, 2)}
+
+
+def _fit_print(args: argparse.Namespace, a: Any) -> None:
+    import os
+
+    from rich.table import Table
+
+    from vizalloc.cli.console import stdout_console
+    from vizalloc.export.units import fmt_bytes, mib
+
+    console = stdout_console()
+    name = os.path.basename(args.input)
+    what = "the largest context" if a.question == "n_ctx" else "the most layers offloaded"
+    console.print(f"{name}: {what} that fits in {fmt_bytes(a.budget)} ({a.budget:,} B) less llama.cpp's --fit margin "
+                  f"of {fmt_bytes(a.margin)}: {a.usable:,} B usable ({a.captures} contexts created, "
+                  f"{a.predictions} predictions, {a.seconds:.1f} s)")
+    if a.answer is None:
+        console.print(f"nothing fits: even {_setting_words(a.beyond, a.n_layer)} needs {a.beyond.total:,} B")
+    else:
+        console.print(f"answer: {_setting_words(a.answer, a.n_layer)}", style="bold")
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("", "n_ctx", "-ngl", "weights", "KV cache", "compute", "total", "fits"):
+        table.add_column(col, justify="left" if not col else "right")
+    rows = [("answer", a.answer), ("one step beyond", a.beyond)] + [(label, n) for label, n in a.alternatives]
+    for label, n in rows:
+        if n is None:
+            continue
+        table.add_row(label, str(n.n_ctx), str(n.n_gpu_layers), fmt_bytes(n.weights), fmt_bytes(n.kv_cache),
+                      fmt_bytes(n.compute), mib(n.total), "yes" if n.total <= a.usable else "no")
+    console.print(table)
+    if a.answer is not None and a.beyond is None:
+        console.print("(the largest setting there is: every layer, or the training context)", style="dim")
+    console.print("one GPU; several GPUs (--tensor-split) are not modelled", style="dim")
+
+
+def _setting_words(n: Any, n_layer: int) -> str:
+    layers = "every layer and the output" if n.n_gpu_layers > n_layer else f"{n.n_gpu_layers} of {n_layer} layers"
+    return f"-c {n.n_ctx} with {layers} on the GPU (-ngl {n.n_gpu_layers})"
