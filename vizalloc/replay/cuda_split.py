@@ -24,12 +24,19 @@ ggml-cuda do it:
 * the graph callback's assignment of ``norm-<il>`` nodes to their layer's device when the
   model is fully offloaded or the micro-batch has fewer than 32 tokens;
 * ggml-cuda's ``offload_op`` (a batch of 32 or more; ``GET_ROWS`` never) and
-  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism.
+  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism;
+* ggml-cuda's ``get_alloc_size`` (``cuda_alloc_size``): a quantized tensor's last row padded
+  to 512 elements (the host weights copied into the device's buffer), and a flash-attention
+  node of more than two query rows followed by f16 copies of a quantized K and V;
+* ``build="b10687"``: the graph without the mixed token/embedding input branch that the
+  installed llama.cpp adds and llama.cpp b10687 has not (``MIXED_INPUTS``).
 
-What is not: quantized row padding in CUDA buffers (``get_alloc_size``; no compute tensor
-of these graphs is quantized unless the KV cache is), ``CPU_REPACK`` weights of CPU
-layers, several GPUs and tensor splits, and whatever a CUDA build of llama.cpp would build
-differently from the CPU build's graph (flash attention ``auto`` is resolved by the CPU).
+Checked against real devices: gguf-parser-go's ROCm sweep (llama.cpp b10687, MI300X) of
+12 architectures, every full-offload row and 11 of 12 one-layer rows to the 0.01 MiB logged
+(``benchmarks/device_validation.py``). Not modelled: ``CPU_REPACK`` weights of CPU layers,
+several GPUs and tensor splits (the sweep has one GPU: nothing to check them against), and
+any other difference between a GPU build's graph and the CPU build's (flash attention
+``auto`` is resolved by the CPU).
 
     from vizalloc.replay.cuda_split import predict_cuda
     pred = predict_cuda(model, n_layer=32, n_gpu_layers=None)
