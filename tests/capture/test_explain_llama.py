@@ -197,6 +197,12 @@ def test_an_architecture_llama_cpp_does_not_know(tmp_path: Path) -> None:
     (["--ctx", "-1"], "--ctx -1: give a positive number"),
     (["--sweep", "ctx=2048,x"], "--sweep ctx=x: not a whole number"),
     (["--sweep", "nctx=2048"], "KEY one of ctx, ubatch, batch, fa"),
+    (["--fit", "24GiB"], "--fit answers for a GPU: give --device cuda or rocm"),
+    (["--fit", "24 parsecs", "--device", "cuda"], "give a size such as 24GiB"),
+    (["--fit", "1GiB", "--device", "cuda"], "leaves nothing after llama.cpp's margin"),
+    (["--fit", "8GiB", "--device", "cuda", "--ctx", "4096", "--n-gpu-layers", "3"], "--fit answers one question"),
+    (["--fit-margin", "512"], "--fit-margin applies to --fit SIZE"),
+    (["--outputs", "1024", "--ubatch", "512"], "--outputs 1024: the worst-case graph has 1 to n_ubatch (512)"),
 ])
 def test_settings_refused_before_llama_cpp_runs(model: str, capsys: pytest.CaptureFixture[str], args: list[str],
                                                 message: str) -> None:

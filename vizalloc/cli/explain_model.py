@@ -257,6 +257,7 @@ def _fit_dict(args: argparse.Namespace, a: Any) -> dict[str, Any]:
             "question": a.question, "budget_bytes": a.budget, "margin_bytes": a.margin, "usable_bytes": a.usable,
             "n_layer": a.n_layer, "answer": _need_dict(a.answer), "beyond": _need_dict(a.beyond),
             "alternatives": [{"change": label, **(_need_dict(n) or {})} for label, n in a.alternatives],
+            "refused": [{"change": label, "reason": why} for label, why in a.refused],
             "predictions": a.predictions, "captures": a.captures, "seconds": round(a.seconds, 2)}
 
 
@@ -288,9 +289,19 @@ def _fit_print(args: argparse.Namespace, a: Any) -> None:
         table.add_row(label, str(n.n_ctx), str(n.n_gpu_layers), fmt_bytes(n.weights), fmt_bytes(n.kv_cache),
                       fmt_bytes(n.compute), mib(n.total), "yes" if n.total <= a.usable else "no")
     console.print(table)
+    for label, why in a.refused:
+        console.print(f"{label}: {_inert_text(why)}", style="dim")
     if a.answer is not None and a.beyond is None:
         console.print("(the largest setting there is: every layer, or the training context)", style="dim")
     console.print("one GPU; several GPUs (--tensor-split) are not modelled", style="dim")
+
+
+def _inert_text(text: str) -> str:
+    from rich.markup import escape
+
+    from vizalloc.text import inert
+
+    return escape(inert(text, 200))
 
 
 def _setting_words(n: Any, n_layer: int) -> str:

@@ -86,6 +86,7 @@ class FitAnswer:
     answer: Need | None           # None: not even the smallest setting fits
     beyond: Need | None           # one step past the answer (None: the answer is the largest there is)
     alternatives: list[tuple[str, Need]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (change, llama.cpp's reason)
     predictions: int = 0
     captures: int = 0
     seconds: float = 0.0
@@ -223,6 +224,7 @@ def fit(path: str, *, budget: int, setting: Setting, question: str, n_gpu_layers
                 answer, best = fits[lo], replace(setting, n_ctx=lo * CTX_STEP)
                 beyond = need(replace(setting, n_ctx=(lo + 1) * CTX_STEP), ngl)
     alts: list[tuple[str, Need]] = []
+    refused: list[tuple[str, str]] = []
     if alternatives and answer is not None:
         ngl = answer.n_gpu_layers
         base = replace(best, n_ctx=answer.n_ctx)
@@ -235,7 +237,7 @@ def fit(path: str, *, budget: int, setting: Setting, question: str, n_gpu_layers
         for label, s in others:
             try:
                 alts.append((label, need(s, ngl)))
-            except VizallocError:  # a setting llama.cpp refuses (a quantized V cache without -fa)
-                continue
-    return FitAnswer(question, budget, margin, n_layer, answer, beyond, alts, predictions, captures,
+            except VizallocError as exc:  # a setting llama.cpp refuses (a quantized V cache without -fa)
+                refused.append((label, str(exc)))
+    return FitAnswer(question, budget, margin, n_layer, answer, beyond, alts, refused, predictions, captures,
                      time.perf_counter() - t0)
