@@ -18,6 +18,17 @@ default), for what none of these counts (the CUDA context, the cuBLAS workspace,
 A context is searched in multiples of 256 tokens, as llama.cpp rounds it; the layers for a
 given context from a single capture (the CPU graph does not depend on them).
 
+How it differs from llama.cpp's own ``--fit`` / ``llama-fit-params`` (``common/fit.cpp``,
+read, not run: it needs the GPU): llama.cpp measures at the user's setting and at its
+minimum context and interpolates linearly between them, rounding down to 256 × the
+streams; here each candidate context is predicted and the largest that fits is bisected
+for, so where memory is not linear in the context (sliding-window caches, steps of the
+compute buffer) the answers can differ by some multiples of 256. llama.cpp gives up when
+``-ngl``, ``-ts`` or ``-ot`` are set; here ``--n-gpu-layers`` fixes the layers and the context
+is answered. llama.cpp then fills whole layers back to front and overflows the FFN of a
+partial layer to the CPU (``-ot`` patterns), and for MoE models first tries the experts on
+the CPU; here only whole layers are counted. Several GPUs are not modelled.
+
     from vizalloc.predict.fit import fit
     answer = fit("model.gguf", budget=24 << 30, setting=Setting(n_ctx=8192))   # the most layers
 """
