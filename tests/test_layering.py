@@ -28,10 +28,13 @@ ALLOWED: dict[str, set[str]] = {
     # a real ggml process: its record is replayed through the runtime's allocators into
     # ordinary trace events; it never reaches into the analysis
     "capture": {"runtime", "trace"},
+    # a model explained as a library: it runs a capture and explains its trace (and the
+    # simulated GPU split of it), so it sits above both and below the CLI
+    "predict": {"runtime", "trace", "analysis", "replay", "capture", "export"},
     "export": {"trace", "analysis"},
     "tui": {"trace", "analysis", "export"},
     "scenarios": {"runtime", "trace"},
-    "cli": {"runtime", "trace", "analysis", "replay", "casefile", "capture", "export", "tui", "scenarios"},
+    "cli": {"runtime", "trace", "analysis", "replay", "casefile", "capture", "export", "tui", "scenarios", "predict"},
 }
 
 # top-level modules every layer may import

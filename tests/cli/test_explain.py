@@ -100,6 +100,16 @@ def test_hostile_names_stay_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (["explain", "{d}/notes.md"], "is neither a vizalloc trace nor a GGUF model"),
     (["explain", "{trace}", "-o", "{d}/x.png"], "must end in .svg"),
     (["explain", "{trace}", "--metadata-only"], "apply to a GGUF model"),
+    # settings of a llama.cpp run were silently ignored for a trace (issue 23)
+    (["explain", "{trace}", "--ctx", "8192"], "--ctx: settings that apply to a GGUF model"),
+    (["explain", "{trace}", "--ubatch", "64", "--flash-attn", "off"], "--ubatch, --flash-attn: settings that apply"),
+    (["explain", "{trace}", "--ctx", "0"], "--ctx: settings that apply"),
+    (["explain", "{trace}", "--batch", "4096"], "--batch: settings"),
+    (["explain", "{trace}", "--program", "completion"], "--program: settings"),
+    (["explain", "{trace}", "--outputs", "4"], "--outputs: settings"),
+    (["explain", "{trace}", "--threads", "2"], "--threads: settings"),
+    (["explain", "{trace}", "--device", "cpu"], "--device: settings"),
+    (["explain", "{trace}", "--n-gpu-layers", "3"], "--n-gpu-layers: settings"),
     (["explain", "{trace}", "--top", "0"], "--top must be 1 or more"),
 ])
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str, attention: Path, tmp_path: Path,

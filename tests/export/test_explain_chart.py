@@ -36,3 +36,42 @@ def test_sweep_labels_stay_apart_and_inside_the_plot() -> None:
     for ys in by_x.values():
         ys.sort()
         assert all(b - a >= 11 for a, b in zip(ys, ys[1:])), ys
+
+
+def _circles_x(svg: str) -> list[float]:
+    root = ET.fromstring(svg)
+    return [float(c.get("cx", "0")) for c in root.iter("{http://www.w3.org/2000/svg}circle")]
+
+
+def _legend(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    return [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")
+            if (t.text or "").startswith(("ubatch ", "ctx "))]
+
+
+def test_an_ubatch_sweep_has_n_ubatch_on_the_x_axis() -> None:
+    """``--sweep ubatch=64,512,2048`` at one context stacked its three dots at one x (the chart
+    always used n_ctx); the axis is now the setting that varies."""
+    from vizalloc.export.explain import sweep_axes
+
+    points = [SweepPoint({"n_ctx": 4096, "n_ubatch": u, "flash_attn": "on"}, {"CPU compute buffer": u << 16})
+              for u in (64, 512, 2048)]
+    x_key, series = sweep_axes(points)
+    assert (x_key, series) == ("n_ubatch", [])
+    svg = sweep_svg(points, x_key=x_key, series_keys=series, title="m", buffer_title="CPU compute buffer",
+                    x_label=x_key)
+    xs = _circles_x(svg)
+    assert len(xs) == 3 and len(set(xs)) == 3 and xs == sorted(xs)
+    assert "n_ubatch (log scale)" in svg
+
+
+def test_the_legend_sorts_numbers_as_numbers() -> None:
+    from vizalloc.export.explain import sweep_axes
+
+    points = [SweepPoint({"n_ctx": c, "n_ubatch": u, "flash_attn": "on"}, {"CPU compute buffer": c * u})
+              for c in (2048, 8192) for u in (2048, 512, 64)]
+    x_key, series = sweep_axes(points)
+    assert (x_key, series) == ("n_ctx", ["n_ubatch"])
+    svg = sweep_svg(points, x_key=x_key, series_keys=series, title="m", buffer_title="CPU compute buffer",
+                    x_label=x_key)
+    assert _legend(svg) == ["ubatch 64", "ubatch 512", "ubatch 2048"]  # was 2048, 512, 64 (as text)

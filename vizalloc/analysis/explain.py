@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vizalloc.analysis.model import TraceModel
 from vizalloc.analysis.placed import sizing_plans
@@ -185,7 +186,8 @@ class Group:
     shape: tuple[int, ...]     # ne (trailing 1s cut) of the largest member
     same_shape: bool           # every member has that shape
     dims: tuple[str, ...]      # a name per dimension of ``shape`` ("" when unknown)
-    formula: str               # how one member's bytes come about
+    formula: str               # how one member's bytes come about; members of several shapes: one
+                               # product per shape, summed ("2 × A + B"), so it adds up to the group
     nbytes: int                # bytes the group holds at the peak (as the planner padded them)
     share: float               # of the bytes live at the peak
     then_in_place: tuple[str, ...]  # tensors that later reuse the bytes in place (names folded for several)
@@ -257,7 +259,7 @@ def _phrase(g: Group) -> str:
         scope = f" ({g.count} tensors)"
     else:
         scope = ""
-    how = g.formula if g.same_shape else f"up to {g.formula}"
+    how = g.formula
     if g.count > 1 and g.same_shape:
         how = f"{g.count} × {how}" if not g.layers or len(g.layers) == g.count else how
     after = ""
@@ -327,11 +329,30 @@ def _groups(model: TraceModel, live: Sequence[Block], peak_step: int, peak_bytes
                 if later not in after and later != folded:
                     after.append(later)
         nbytes = sum(b.nbytes for b, _ in members)
+        how = formula(shape, dims, dtype)
+        if not same:
+            how = _formula_sum(infos, kind, hints)
         groups.append(Group(folded, kind.words if kind else "", op, dtype, len(members), tuple(layers), names, shape,
-                            same, dims, formula(shape, dims, dtype), nbytes,
+                            same, dims, how, nbytes,
                             nbytes / peak_bytes if peak_bytes else 0.0, tuple(after)))
     groups.sort(key=lambda g: (-g.nbytes, g.name))
     return groups
+
+
+def _formula_sum(infos: Sequence[Any], kind: TensorKind | None, hints: Mapping[str, int] | None) -> str:
+    """The members of a group of several shapes as a sum, largest first: ``n_ctx 32768 ×
+    n_ubatch 512 × 2 B (f16) + n_kv 1024 × n_ubatch 512 × 2 B (f16)`` (a full and a
+    sliding-window attention mask), so the formula adds up to the group's bytes."""
+    counts: dict[tuple[tuple[int, ...], str], int] = {}
+    for inf in infos:
+        if inf is not None:
+            key = (trimmed(inf.ne), inf.dtype)
+            counts[key] = counts.get(key, 0) + 1
+    terms = []
+    for (shape, dtype), n in counts.items():
+        one = formula(shape, dim_names(kind, shape, hints), dtype)
+        terms.append(f"{n} × {one}" if n > 1 else one)
+    return " + ".join(terms)
 
 
 def explain(model: TraceModel, *, hints: Mapping[str, int] | None = None) -> Explanation:

@@ -37,6 +37,17 @@ from vizalloc.errors import UsageError, VizallocError
 XLLAMACPP_VERSION = "2026.10.11549"
 
 FLASH_ATTN = ("on", "off", "auto")
+#: KV cache types (llama.cpp's -ctk/-ctv) and their ggml type numbers
+KV_TYPES = {"f16": 1, "f32": 0, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7}
+#: llama.cpp's ``-b`` when none is given; a larger ``-ub`` raises it (``default_batch``)
+DEFAULT_BATCH = 2048
+
+
+def default_batch(n_ubatch: int) -> int:
+    """The logical batch when none is given: llama.cpp's 2048, or the micro-batch if larger
+    (a batch smaller than the micro-batch would cut it)."""
+    return max(DEFAULT_BATCH, n_ubatch)
+
 
 # "0.01.830.679 I sched_reserve:        CPU compute buffer size =    21.28 MiB"
 _LOG_LINE = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([DIWE]) (.*)$")
@@ -63,9 +74,15 @@ class LlamaSettings:
 
     model: str
     n_ctx: int = 4096
-    n_batch: int = 2048
+    n_batch: int = DEFAULT_BATCH
     n_ubatch: int = 512
     flash_attn: str = "auto"
+    #: outputs of the worst-case reserve (the logits rows): 1 as llama-server with -np 1 and
+    #: llama-cli, n_ubatch as llama-completion; more than 1 is asked for through the server's
+    #: speculative-decoding output limit (``run_llama``)
+    n_outputs: int = 1
+    #: the KV cache's type, K and V alike (``-ctk``/``-ctv``)
+    kv_type: str = "f16"
     generate: int = 0
     prompt: str = "The capital of France is"
     threads: int = 0  # 0: llama.cpp's default (every core)
@@ -83,6 +100,11 @@ class LlamaSettings:
         if self.n_ubatch > self.n_batch:
             raise UsageError(f"--ubatch {self.n_ubatch} is larger than --batch {self.n_batch}: llama.cpp would cut "
                              f"the micro-batch to {self.n_batch}; give --batch {self.n_ubatch} or more")
+        if not 1 <= self.n_outputs <= self.n_ubatch:
+            raise UsageError(f"--outputs {self.n_outputs}: the worst-case graph has 1 to n_ubatch ({self.n_ubatch}) "
+                             "outputs; give a number in that range")
+        if self.kv_type not in KV_TYPES:
+            raise UsageError(f"--kv-type {self.kv_type!r}: give one of {', '.join(KV_TYPES)}")
         if self.flash_attn not in FLASH_ATTN:
             raise UsageError(f"--flash-attn {self.flash_attn!r}: give one of {', '.join(FLASH_ATTN)}")
         if self.generate < 0 or self.threads < 0:
@@ -270,6 +292,10 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
     # create a trial context (and its reserve) of its own; a warm-up would decode once more
     p.fit_params = False
     p.warmup = False
+    if settings.n_outputs > 1:
+        _reserve_outputs(x, p, settings.n_outputs)
+    if settings.kv_type != "f16":
+        p.cache_type_k = p.cache_type_v = KV_TYPES[settings.kv_type]
     if settings.no_alloc:
         _stop_after_measuring(p)
     # a round trip through the server's task queue before it is freed: xllamacpp's Server
@@ -306,6 +332,18 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
         gc.collect()
         log.collect(until=_COMPUTE_EXACT, timeout=5.0)
     return run
+
+
+def _reserve_outputs(x: Any, p: Any, n_outputs: int) -> None:
+    """Make the server reserve its worst-case graph with ``n_outputs`` outputs, as another
+    program would. llama.cpp reserves with ``min(n_ubatch, n_outputs_max)`` outputs
+    (``llama_context::sched_reserve``); the server overrides ``n_outputs_max`` with
+    ``n_parallel × (1 + its speculative draft length)`` (``server_output_limits``), so a
+    draft of ``n_outputs - 1`` tokens from the n-gram speculator (which needs no draft
+    model) gives exactly ``n_outputs``. Nothing is generated, so nothing is drafted."""
+    spec = p.speculative
+    spec.types = [x.common_speculative_type.COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE]
+    spec.ngram_simple.size_m = n_outputs - 1
 
 
 #: the call after which the capture ends a --no-alloc run (llama.cpp's measurement)
@@ -357,6 +395,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ubatch", type=int, default=LlamaSettings.n_ubatch, metavar="N",
                         help="micro-batch, llama.cpp's -ub: the compute buffer grows with it (default %(default)s)")
     parser.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto", help="llama.cpp's -fa (default auto)")
+    parser.add_argument("--kv-type", choices=tuple(KV_TYPES), default="f16",
+                        help="the KV cache's type, llama.cpp's -ctk and -ctv (default f16)")
+    parser.add_argument("--outputs", type=int, default=1, metavar="N",
+                        help="outputs of the worst-case reserve: 1 as llama-server -np 1 and llama-cli (default), "
+                             "the micro-batch as llama-completion")
     parser.add_argument("--generate", type=int, default=0, metavar="N",
                         help="then generate N tokens (greedy) from --prompt (default: only create the context)")
     parser.add_argument("--prompt", default=LlamaSettings.prompt, metavar="TEXT",
@@ -372,10 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    batch = args.batch if args.batch is not None else max(LlamaSettings.n_batch, args.ubatch)
+    batch = args.batch if args.batch is not None else default_batch(args.ubatch)
     settings = LlamaSettings(args.model, n_ctx=args.ctx, n_batch=batch, n_ubatch=args.ubatch,
-                             flash_attn=args.flash_attn, generate=args.generate, prompt=args.prompt,
-                             threads=args.threads, no_alloc=args.no_alloc)
+                             flash_attn=args.flash_attn, n_outputs=args.outputs, kv_type=args.kv_type,
+                             generate=args.generate,
+                             prompt=args.prompt, threads=args.threads, no_alloc=args.no_alloc)
     try:
         run = run_llama(settings, verbose=args.verbose)
     except VizallocError as exc:

@@ -22,15 +22,22 @@ only the model's header (a file cut after its header is enough) and lets llama.c
 measure as its ``--fit`` does, allocating nothing, so a 70B model needs neither its
 download nor its memory. ``--sweep`` runs every combination of the settings, each in a
 fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the
-compute buffer against the context size). ``--device cuda`` predicts the GPU and host
-compute buffers llama.cpp would log as CUDA0 and CUDA_Host, by replaying the captured
-graph through vizalloc's scheduler with a simulated CUDA backend: the weights and KV cache
-of offloaded layers in device memory (layer il on the GPU when il >= n_layer -
---n-gpu-layers, the output layer when every layer is), the token embeddings and graph
-inputs on the host, ggml-cuda's alignment (128) and offload rule (a batch of 32 or more),
-llama.cpp's assignment of norm-<il> to its layer's device. Not modelled: several GPUs,
-quantized-row padding in CUDA buffers, CPU_REPACK weights of CPU layers, and whatever a
-CUDA build of llama.cpp builds differently from the CPU build's graph.
+compute buffer against the setting that varies). ``--device cuda`` predicts the GPU and
+host compute buffers llama.cpp would log as CUDA0 and CUDA_Host (``--device rocm``: ROCm0
+and ROCm_Host), by replaying the captured graph through vizalloc's scheduler with a
+simulated CUDA backend: the weights and KV cache of offloaded layers in device memory
+(layer il on the GPU when il >= n_layer - --n-gpu-layers, the output layer when every
+layer is), the token embeddings and graph inputs on the host, ggml-cuda's alignment (128),
+offload rule (a batch of 32 or more: host weights are copied into the device's buffer) and
+alloc sizes (quantized rows padded, f16 K and V for flash attention over a quantized
+cache), llama.cpp's assignment of norm-<il> to its layer's device. ``--llama-build b10687``
+leaves out the mixed token/embedding input branch newer llama.cpp builds add; so predicted,
+gguf-parser-go's measured ROCm sweep is reproduced (benchmarks/device_validation.py). Not
+modelled: several GPUs, CPU_REPACK weights of CPU layers. ``--program`` and ``--outputs``
+choose whose worst-case graph (llama-server -np 1 and llama-cli: 1 output; llama-completion:
+--ubatch outputs). ``--fit 24GiB`` answers what fits on one GPU: the largest context, or with
+--ctx the most layers, counting weights, KV cache, compute buffer and llama.cpp's --fit
+margin (1024 MiB), with what -ub, -fa and the KV type would change.
 
 Exit codes: 0 explained; 2 bad input (not a trace or a GGUF, a GGUF cut inside its
 header, or cut anywhere without --metadata-only, an architecture or setting llama.cpp
@@ -65,23 +72,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
                         help=f"groups listed per buffer; the rest are summed (default {DEFAULT_TOP})")
     model = parser.add_argument_group("a GGUF model (through llama.cpp)")
-    model.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size, llama.cpp's -c (default 4096)")
+    # defaults are None so that a flag given to a trace can be refused (settings_of fills them in)
+    model.add_argument("--ctx", type=int, default=None, metavar="N",
+                       help="context size, llama.cpp's -c (default 4096; 0: the model's training context)")
     model.add_argument("--batch", type=int, default=None, metavar="N",
                        help="logical batch, llama.cpp's -b (default 2048, or --ubatch if larger)")
-    model.add_argument("--ubatch", type=int, default=512, metavar="N", help="micro-batch, llama.cpp's -ub (default 512)")
-    model.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
+    model.add_argument("--ubatch", type=int, default=None, metavar="N",
+                       help="micro-batch, llama.cpp's -ub (default 512)")
+    model.add_argument("--flash-attn", choices=("on", "off", "auto"), default=None,
                        help="llama.cpp's -fa (default auto)")
+    model.add_argument("--program", choices=("server", "cli", "completion"), default=None,
+                       help="whose worst-case graph: llama-server -np 1 and llama-cli reserve it with 1 output "
+                            "(default), llama-completion with --ubatch outputs")
+    model.add_argument("--outputs", type=int, default=None, metavar="N",
+                       help="the worst-case graph's outputs (logits rows), 1 to --ubatch, instead of --program's")
+    model.add_argument("--kv-type", choices=("f16", "f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"),
+                       default=None, help="the KV cache's type, llama.cpp's -ctk and -ctv (default f16)")
     model.add_argument("--metadata-only", action="store_true",
                        help="use only the model's header (no weights read, nothing allocated); a file cut after "
                             "its header is accepted")
     model.add_argument("--sweep", nargs="+", metavar="KEY=V,V", default=None,
                        help="run every combination: ctx=..., ubatch=..., batch=..., fa=on,off")
-    model.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                       help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend")
+    model.add_argument("--device", choices=("cpu", "cuda", "rocm"), default=None,
+                       help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend; rocm: "
+                            "the same for a HIP build (ROCm0, ROCm_Host)")
+    model.add_argument("--llama-build", choices=("captured", "b10687"), default=None,
+                       help="with --device: the graph as the installed llama.cpp builds it (captured, default) or as "
+                            "llama.cpp b10687 (c841aeeb8) did, without the mixed token/embedding input branch")
     model.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
                        help="with --device cuda: layers offloaded, llama.cpp's -ngl (default: all)")
+    model.add_argument("--fit", metavar="SIZE", default=None,
+                       help="with --device: what fits in SIZE of GPU memory (24GiB, 8000MiB): the largest context, "
+                            "or with --ctx the most layers (weights + KV cache + compute buffer + --fit-margin)")
+    model.add_argument("--fit-margin", type=int, default=None, metavar="MiB",
+                       help="memory --fit leaves free, as llama.cpp's --fit-target (default 1024)")
     model.add_argument("--trace", metavar="FILE", help="keep the captured trace of llama.cpp in FILE")
-    model.add_argument("--threads", type=int, default=0, metavar="N", help="llama.cpp's CPU threads (default: its own)")
+    model.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="llama.cpp's CPU threads (default: its own)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -102,19 +129,42 @@ def execute(args: argparse.Namespace) -> int:
     if is_gguf(path):
         from vizalloc.cli import explain_model
 
+        args.ctx_given = args.ctx is not None
+        model_defaults(args)
+        if args.fit is not None or args.fit_margin is not None:
+            return explain_model.execute_fit(args)
         return explain_model.execute_model(args, out_kind)
     if path.lower().endswith(".gguf"):
         raise UsageError(f"{path} is not a GGUF model file (it does not start with 'GGUF'): is it a complete "
                          "download?")
-    model_only = [flag for flag, given in (("--metadata-only", args.metadata_only), ("--sweep", args.sweep),
-                                           ("--device cuda", args.device != "cpu"), ("--trace", args.trace))
-                  if given]
+    model_only = [flag for flag in MODEL_FLAGS if _given(args, flag)]
     if model_only:
-        raise UsageError(f"{', '.join(model_only)} apply to a GGUF model; {path} is read as a trace")
+        raise UsageError(f"{', '.join(model_only)}: settings that apply to a GGUF model; {path} is read as a trace, "
+                         "which holds the settings it was captured with: give the model instead, or leave them out")
     if not _starts_like_a_trace(path):
         raise UsageError(f"{path} is neither a vizalloc trace nor a GGUF model (it starts with neither 'VZTRACE' "
                          "nor 'GGUF'): give a trace (.vztrace) or a GGUF model")
     return explain_trace(args, out_kind)
+
+
+#: the flags that set up llama.cpp's run of a model, meaningless for a trace
+MODEL_FLAGS = ("--ctx", "--batch", "--ubatch", "--flash-attn", "--program", "--outputs", "--kv-type", "--metadata-only",
+               "--sweep",
+               "--device", "--llama-build", "--n-gpu-layers", "--fit", "--fit-margin", "--trace", "--threads")
+
+
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    value = getattr(args, flag[2:].replace("-", "_"), None)
+    return value is not None and value is not False
+
+
+def model_defaults(args: argparse.Namespace) -> None:
+    """The defaults of the model flags (None in the parser, so a trace can refuse them)."""
+    for name, default in (("ctx", 4096), ("ubatch", 512), ("flash_attn", "auto"), ("program", "server"),
+                          ("device", "cpu"), ("threads", 0), ("kv_type", "f16"),
+                          ("llama_build", "captured")):
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
 
 
 def _starts_like_a_trace(path: str) -> bool:

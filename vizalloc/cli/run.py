@@ -117,6 +117,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
     from vizalloc.files import check_new
+    from vizalloc.export.units import mib
     from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
@@ -143,7 +144,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
             for b in result.compute_buffers:
                 # MiB with two decimals, as llama.cpp logs its compute buffers
-                size = (f" ({b.planned / 2**20:.2f} MiB)" if b.planned >= 2**20 else
+                size = (f" ({mib(b.planned)})" if b.planned >= 2**20 else
                         f" ({format_nbytes(b.planned)})" if b.planned >= 2**10 else "")
                 real = ("allocated by the process: none" if b.allocated is None else
                         "the same as the process allocated" if b.allocated == b.planned else

@@ -18,7 +18,7 @@ from typing import Any
 
 from vizalloc.analysis.explain import SCHEMA, BufferExplanation, Explanation, Group
 from vizalloc.export.escape import xml_escape
-from vizalloc.export.units import fmt_bytes
+from vizalloc.export.units import fmt_bytes, mib
 
 SWEEP_SCHEMA = "vizalloc.explain-sweep/1"
 
@@ -33,15 +33,6 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
            "#bab0ac", "#86bcb6", "#d37295")
 OTHERS = "#c8c8c8"
 HOLES = "#ffffff"
-
-
-def mib(nbytes: int) -> str:
-    """Bytes as llama.cpp logs them: ``34.27 MiB`` (MiB with two decimals).
-
-        >>> mib(35934240)
-        '34.27 MiB'
-    """
-    return f"{nbytes / 1048576:.2f} MiB"
 
 
 def _group_dict(g: Group) -> dict[str, Any]:
@@ -216,7 +207,32 @@ class SweepPoint:
 
 
 #: how the chart's legend names the settings
-_SERIES_NAMES = {"n_ubatch": "ubatch", "flash_attn": "fa", "n_batch": "batch", "n_ctx": "ctx"}
+_SERIES_NAMES = {"n_ubatch": "ubatch", "flash_attn": "fa", "n_batch": "batch", "n_ctx": "ctx", "n_outputs": "outputs"}
+
+
+#: the settings a sweep can put on the x axis, in the order preferred when several vary
+_X_KEYS = ("n_ctx", "n_ubatch", "n_batch")
+
+
+def sweep_axes(points: Sequence[SweepPoint]) -> tuple[str, list[str]]:
+    """The x axis of a sweep's chart and the settings its lines stand for: the first of
+    n_ctx, n_ubatch, n_batch that varies (n_ctx when none does), and every other setting
+    that varies (``ubatch=64,512`` alone: n_ubatch on the x axis, one line).
+
+        >>> sweep_axes([SweepPoint({"n_ctx": 4096, "n_ubatch": u, "flash_attn": "on"}, {}) for u in (64, 512)])
+        ('n_ubatch', [])
+    """
+    def varies(k: str) -> bool:
+        return len({str(p.setting.get(k)) for p in points}) > 1
+
+    x_key = next((k for k in _X_KEYS if varies(k)), "n_ctx")
+    series = [k for k in ("n_ctx", "n_ubatch", "flash_attn", "n_batch", "n_outputs") if k != x_key and varies(k)]
+    return x_key, series
+
+
+def _natural(values: Sequence[Any]) -> tuple[tuple[int, Any], ...]:
+    """A legend's order: numbers as numbers (64 before 512), other values as text."""
+    return tuple((0, v) if isinstance(v, (int, float)) else (1, str(v)) for v in values)
 
 
 def _nice_ticks(top: float, n: int = 5) -> list[float]:
@@ -234,7 +250,7 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
     one line per combination of ``series_keys``; every point is labelled with its MiB."""
     series: dict[tuple[Any, ...], list[tuple[float, int]]] = {}
     for p in points:
-        if buffer_title not in p.sizes or not isinstance(p.setting.get(x_key), int):
+        if buffer_title not in p.sizes or not isinstance(p.setting.get(x_key), int) or p.setting[x_key] <= 0:
             continue
         key = tuple(p.setting.get(k) for k in series_keys)
         series.setdefault(key, []).append((float(p.setting[x_key]), p.sizes[buffer_title]))
@@ -280,7 +296,7 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
     w(f'<rect x="{left}" y="{top_m}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#333" '
       'stroke-width="0.8"/>\n')
     labels: dict[float, list[tuple[float, str, str]]] = {}  # x -> (y, text, colour): placed apart below
-    for i, (key, pts) in enumerate(sorted(series.items(), key=lambda kv: tuple(str(k) for k in kv[0]))):
+    for i, (key, pts) in enumerate(sorted(series.items(), key=lambda kv: _natural(kv[0]))):
         pts.sort()
         colour = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{'M' if j == 0 else 'L'}{px(x):.1f},{py(v):.1f}" for j, (x, v) in enumerate(pts))
@@ -289,7 +305,7 @@ def sweep_svg(points: Sequence[SweepPoint], *, x_key: str, series_keys: Sequence
             w(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3.5" fill="{colour}"><title>'
               f"{xml_escape(f'{x_label} {int(x)}: {v:,} B')}</title></circle>\n")
             labels.setdefault(x, []).append((py(v), f"{v / 1048576:.2f}", colour))
-        name = ", ".join(f"{_SERIES_NAMES.get(k, k)} {v}" for k, v in zip(series_keys, key))
+        name = ", ".join(f"{_SERIES_NAMES.get(k, k)} {v}" for k, v in zip(series_keys, key)) or buffer_title
         ly = top_m + 10 + 18 * i
         w(f'<line x1="{left + plot_w + 16}" y1="{ly}" x2="{left + plot_w + 40}" y2="{ly}" stroke="{colour}" '
           'stroke-width="2"/>\n')

@@ -10,6 +10,8 @@
     '[16, 8]'
     >>> buffer_title(2, "CPU", "CPU", "compute", 4768)
     'buffer #2 CPU compute 4.7 KiB'
+    >>> mib(35934240), mib(35934240, 4)
+    ('34.27 MiB', '34.2696 MiB')
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ def fmt_bytes(nbytes: int) -> str:
         if value < 1024.0 or unit == "TiB":
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def mib(nbytes: int, decimals: int = 2) -> str:
+    """Bytes as llama.cpp logs its buffers: MiB with two decimals (four in the line it
+    writes when a context is freed), so a size can be compared with its log as text."""
+    return f"{nbytes / 1048576:.{decimals}f} MiB"
 
 
 def fmt_range(offset: int, end: int) -> str:

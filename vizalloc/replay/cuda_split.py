@@ -24,12 +24,19 @@ ggml-cuda do it:
 * the graph callback's assignment of ``norm-<il>`` nodes to their layer's device when the
   model is fully offloaded or the micro-batch has fewer than 32 tokens;
 * ggml-cuda's ``offload_op`` (a batch of 32 or more; ``GET_ROWS`` never) and
-  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism.
+  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism;
+* ggml-cuda's ``get_alloc_size`` (``cuda_alloc_size``): a quantized tensor's last row padded
+  to 512 elements (the host weights copied into the device's buffer), and a flash-attention
+  node of more than two query rows followed by f16 copies of a quantized K and V;
+* ``build="b10687"``: the graph without the mixed token/embedding input branch that the
+  installed llama.cpp adds and llama.cpp b10687 has not (``MIXED_INPUTS``).
 
-What is not: quantized row padding in CUDA buffers (``get_alloc_size``; no compute tensor
-of these graphs is quantized unless the KV cache is), ``CPU_REPACK`` weights of CPU
-layers, several GPUs and tensor splits, and whatever a CUDA build of llama.cpp would build
-differently from the CPU build's graph (flash attention ``auto`` is resolved by the CPU).
+Checked against real devices: gguf-parser-go's ROCm sweep (llama.cpp b10687, MI300X) of
+12 architectures, every full-offload row and 11 of 12 one-layer rows to the 0.01 MiB logged
+(``benchmarks/device_validation.py``). Not modelled: ``CPU_REPACK`` weights of CPU layers,
+several GPUs and tensor splits (the sweep has one GPU: nothing to check them against), and
+any other difference between a GPU build's graph and the CPU build's (flash attention
+``auto`` is resolved by the CPU).
 
     from vizalloc.replay.cuda_split import predict_cuda
     pred = predict_cuda(model, n_layer=32, n_gpu_layers=None)
@@ -52,6 +59,7 @@ from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
 from vizalloc.runtime.backends.cpu import CPUBackend
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
+from vizalloc.runtime.dtype import F16
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Flag, Op, Tensor
@@ -63,6 +71,19 @@ HOST_ALIGNMENT = 32
 OFFLOAD_MIN_BATCH = 32
 #: llama.cpp assigns ``norm-<il>`` to its layer's device below this many tokens
 NORM_ASSIGN_BELOW = 32
+#: ggml-cuda pads the last row of a quantized tensor to a multiple of this many elements
+MATRIX_ROW_PADDING = 512
+#: the flash-attention kernels for more than this many query rows (tiles, MMA) read K and V
+#: as f16: a quantized KV cache is converted into bytes after the node's own
+FATTN_VEC_MAX_ROWS = 2
+
+#: the graph as it was captured (the installed llama.cpp's), or as an older build made it
+CAPTURED = "captured"
+#: builds whose graph differs from the captured one in a known way (see ``predict_cuda``)
+BUILDS = (CAPTURED, "b10687")
+#: the inputs of llama.cpp's mixed token/embedding batch branch (llama-graph.cpp,
+#: ``has_mixed``), which builds up to b10687 do not have
+MIXED_INPUTS = frozenset({"inp_mixed_tokens", "inp_mixed_slots", "inp_mixed_embd"})
 
 _LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
 _KV = re.compile(r"^cache_[kvrs]_l\d+$")
@@ -78,6 +99,28 @@ def op_batch_size(t: Tensor) -> int:
     if t.op in (Op.MUL_MAT_ID, Op.ROPE, Op.ROPE_BACK):
         return t.ne[2]
     return t.ne[1] * t.ne[2] * t.ne[3]
+
+
+def cuda_alloc_size(t: Tensor) -> int:
+    """ggml-cuda's ``get_alloc_size``: a quantized tensor's last row padded to
+    ``MATRIX_ROW_PADDING`` elements; a ``FLASH_ATTN_EXT`` node with more than
+    ``FATTN_VEC_MAX_ROWS`` query rows followed (128-aligned) by f16 copies of K and V
+    that are not f16 (``ggml_cuda_flash_attn_ext_get_alloc_size``; V shares K's when it is
+    a view of the same bytes)."""
+    size = t.nbytes
+    if t.op is Op.FLASH_ATTN_EXT and len(t.src) > 2 and t.src[0] is not None and t.src[0].ne[1] > FATTN_VEC_MAX_ROWS:
+        k, v = t.src[1], t.src[2]
+        if k is not None and k.type is not F16:
+            size = pad(size, CUDA_ALIGNMENT) + k.nelements * 2
+        if v is not None and v.type is not F16:
+            same = k is not None and v.view_src is not None and (
+                v.view_src is k or (v.view_src is k.view_src and v.view_offs == k.view_offs))
+            if not same or k is None or k.type is F16:
+                size = pad(size, CUDA_ALIGNMENT) + v.nelements * 2
+    if t.type.is_quantized and t.ne[0] % MATRIX_ROW_PADDING:
+        extra = MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING
+        size += extra // t.type.blck_size * t.type.type_size
+    return size
 
 
 class SimCudaBackend(Backend):
@@ -160,7 +203,8 @@ class _Rebuild:
     """A plan's graph rebuilt as runtime tensors; memory it did not plan gets simulated
     buffers on the device llama.cpp would put it on."""
 
-    def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[str, BufferType]) -> None:
+    def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[str, BufferType],
+                 build: str = CAPTURED) -> None:
         self.model, self.plan, self.placement, self.bufts = model, plan, placement, bufts
         self.rebuilt = Rebuilt(model, "cuda split", flags=int(Flag.INPUT | Flag.OUTPUT | Flag.PARAM | Flag.LOSS))
         self.tensors = self.rebuilt.tensors
@@ -169,7 +213,27 @@ class _Rebuild:
         assert graph is not None
         self.nodes = [self.rebuilt.make(t) for t in graph.nodes]
         self.leafs = [self.rebuilt.make(t) for t in graph.leafs]
+        self.dropped = 0
+        if build != CAPTURED:
+            self._drop_mixed_input()
         self._place_external()
+
+    def _drop_mixed_input(self) -> None:
+        """The graph as llama.cpp builds before its mixed token/embedding batches: without
+        the third input branch (``inp_mixed_tokens``, ``inp_mixed_slots``,
+        ``inp_mixed_embd`` and the nodes made from them: the rows of the token embeddings,
+        a copy of the embeddings and the SET_ROWS between them)."""
+        gone: set[int] = set()
+        kept = []
+        for t in self.nodes:
+            srcs = [x for x in (*t.src, t.view_src) if x is not None]
+            if any(x.id in gone or x.name in MIXED_INPUTS for x in srcs):
+                gone.add(t.id)
+                continue
+            kept.append(t)
+        self.dropped = len(self.nodes) - len(kept)
+        self.nodes = kept
+        self.leafs = [t for t in self.leafs if t.name not in MIXED_INPUTS]
 
     def _place_external(self) -> None:
         """Give every root the plan skipped as allocated elsewhere a buffer of its device."""
@@ -210,12 +274,18 @@ def _n_tokens(graph: Sequence[Tensor]) -> int:
 
 
 def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = None,
-                 record: bool = True) -> Prediction:
+                 record: bool = True, build: str = CAPTURED, device: str = "CUDA") -> Prediction:
     """Replay llama.cpp's worst-case graphs of a CPU capture on ``CUDA0`` + CPU.
 
     ``n_gpu_layers`` None means every layer and the output (llama.cpp's default); with
     ``record`` the simulated reserve is recorded (``Prediction.events``) so it can be
-    explained like a trace.
+    explained like a trace. ``build`` "b10687" replays the graph as llama.cpp up to that
+    build makes it: without the mixed token/embedding input branch the installed
+    llama.cpp adds (``MIXED_INPUTS``); with it, the compute buffers of gguf-parser-go's
+    ROCm sweep (llama.cpp c841aeeb8 = b10687) are reproduced to the 0.01 MiB they were
+    logged with (benchmarks/device_validation.py). ``device`` names the buffers: "CUDA"
+    (``CUDA0``, ``CUDA_Host``) or "ROCm" (a HIP build of ggml-cuda: ``ROCm0``,
+    ``ROCm_Host``; the same rules).
     """
     from vizalloc.trace.recorder import StrictRecorder
 
@@ -224,10 +294,16 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
     ngl = n_layer + 1 if n_gpu_layers is None else n_gpu_layers
     if ngl < 0:
         raise UsageError(f"--n-gpu-layers must be 0 or more, not {ngl}")
+    if build not in BUILDS:
+        raise UsageError(f"llama.cpp build {build!r}: give one of {', '.join(BUILDS)}")
+    if device not in ("CUDA", "ROCm"):
+        raise UsageError(f"device {device!r}: give CUDA or ROCm")
     placement = Placement(n_layer, ngl)
     plans = worst_case_plans(model)
-    cuda = BufferType("CUDA0", alignment=CUDA_ALIGNMENT, device=VIRTUAL, is_host=False, backend_name="CUDA0")
-    host = BufferType("CUDA_Host", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
+    gpu_name, host_name = f"{device}0", f"{device}_Host"
+    cuda = BufferType(gpu_name, alignment=CUDA_ALIGNMENT, device=VIRTUAL, is_host=False, backend_name=gpu_name,
+                      alloc_size=cuda_alloc_size)
+    host = BufferType(host_name, alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
     cpu_weights = BufferType("CPU", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True)
     bufts = {"CUDA0": cuda, "CUDA_Host": host, "CPU": cpu_weights}
     rec = StrictRecorder() if record else None
@@ -238,14 +314,20 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
         sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
         n_splits = 0
+        dropped = 0
         for plan in plans:
-            rebuilt = _Rebuild(model, plan, placement, bufts)
+            rebuilt = _Rebuild(model, plan, placement, bufts, build)
+            dropped = max(dropped, rebuilt.dropped)
             graph = _graph_of(rebuilt)
             rebuilt.assign_norms(sched, _n_tokens(rebuilt.nodes))
             if not sched.reserve(graph):
                 notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
             n_splits = max(n_splits, sched.n_splits)
-        sizes = {"CUDA0": sched.buffer_size(0), "CUDA_Host": sched.buffer_size(1)}
+        sizes = {gpu_name: sched.buffer_size(0), host_name: sched.buffer_size(1)}
+    if build != CAPTURED:
+        notes.append(f"the graph as llama.cpp {build} builds it: {dropped} nodes of the mixed token/embedding input "
+                     "branch left out" if dropped else f"llama.cpp {build}: the captured graph has no mixed input "
+                     "branch to leave out")
     return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes)
 
 

@@ -1,0 +1,254 @@
+"""What fits in a GPU's memory: the largest context, or the most offloaded layers, that
+llama.cpp can use on one device of a given size, answered from any machine.
+
+The memory a setting needs on the device is what llama.cpp's ``--fit`` adds up
+(``common/fit.cpp``: the model, context and compute parts of ``llama_get_memory_breakdown``):
+
+* the weights of the offloaded layers, and of the output layer when every layer is
+  offloaded (a tied output is a copy of the token embeddings there), each as the device's
+  buffer type allocates it (128-byte aligned, a quantized tensor's last row padded to 512
+  elements);
+* the KV cache of the offloaded layers (``cache_k_l*``, ``cache_v_l*`` as llama.cpp made
+  them, sliding-window layers with their smaller cache);
+* the device compute buffer, predicted by replaying the captured worst-case graph
+  (:mod:`vizalloc.replay.cuda_split`);
+
+and llama.cpp's ``--fit`` keeps a margin free on every device (``--fit-target``, 1024 MiB by
+default), for what none of these counts (the CUDA context, the cuBLAS workspace, the pool).
+A context is searched in multiples of 256 tokens, as llama.cpp rounds it; the layers for a
+given context from a single capture (the CPU graph does not depend on them).
+
+How it differs from llama.cpp's own ``--fit`` / ``llama-fit-params`` (``common/fit.cpp``,
+read, not run: it needs the GPU): llama.cpp measures at the user's setting and at its
+minimum context and interpolates linearly between them, rounding down to 256 × the
+streams; here each candidate context is predicted and the largest that fits is bisected
+for, so where memory is not linear in the context (sliding-window caches, steps of the
+compute buffer) the answers can differ by some multiples of 256. llama.cpp gives up when
+``-ngl``, ``-ts`` or ``-ot`` are set; here ``--n-gpu-layers`` fixes the layers and the context
+is answered. llama.cpp then fills whole layers back to front and overflows the FFN of a
+partial layer to the CPU (``-ot`` patterns), and for MoE models first tries the experts on
+the CPU; here only whole layers are counted. Several GPUs are not modelled.
+
+    from vizalloc.predict.fit import fit
+    answer = fit("model.gguf", budget=24 << 30, setting=Setting(n_ctx=8192))   # the most layers
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from vizalloc.errors import UsageError, VizallocError
+from vizalloc.predict.model import ModelRun, Setting, explain_model
+
+#: llama.cpp's --fit keeps this much free on each device by default (common/fit.cpp, --fit-target)
+DEFAULT_MARGIN = 1024 << 20
+#: llama.cpp rounds a fitted context down to a multiple of this (× the streams)
+CTX_STEP = 256
+
+_LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
+_UNITS = {"b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``24GiB``, ``24G``, ``8000MiB``, ``16GB`` (decimal), a plain number of bytes.
+
+        >>> parse_size("24GiB"), parse_size("1.5g"), parse_size("8000MB")
+        (25769803776, 1610612736, 8000000000)
+    """
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS and unit:
+        raise UsageError(f"--fit {text!r}: give a size such as 24GiB, 8000MiB or 16GB")
+    value = int(float(m.group(1)) * _UNITS.get(unit, 1))
+    if value <= 0:
+        raise UsageError(f"--fit {text!r}: give a positive size")
+    return value
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one setting needs on the device, in bytes."""
+
+    n_ctx: int
+    n_gpu_layers: int
+    weights: int
+    kv_cache: int
+    compute: int
+    host_compute: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute
+
+
+@dataclass
+class FitAnswer:
+    """The answer, the setting one step beyond it (which does not fit), and what other
+    settings of ``-ub``, ``-fa`` and the KV type would need at the answer."""
+
+    question: str                 # "n_ctx" (largest context) or "n_gpu_layers" (most layers)
+    budget: int
+    margin: int
+    n_layer: int
+    answer: Need | None           # None: not even the smallest setting fits
+    beyond: Need | None           # one step past the answer (None: the answer is the largest there is)
+    alternatives: list[tuple[str, Need]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (change, llama.cpp's reason)
+    predictions: int = 0
+    captures: int = 0
+    seconds: float = 0.0
+
+    @property
+    def usable(self) -> int:
+        return self.budget - self.margin
+
+
+def _alloc(nbytes: int, ne0: int, dtype: str, alignment: int = 128) -> int:
+    from vizalloc.runtime.dtype import DType
+
+    t = DType.from_label(dtype)
+    if t.is_quantized and ne0 % 512:
+        nbytes += (512 - ne0 % 512) // t.blck_size * t.type_size
+    return -(-nbytes // alignment) * alignment
+
+
+def static_need(model: Any, n_layer: int, n_gpu_layers: int) -> tuple[int, int]:
+    """(weights, KV cache) on the device with ``n_gpu_layers`` offloaded (llama.cpp's
+    ``-ngl``: the last layers, and the output layer when all of them are)."""
+    start = max(n_layer - n_gpu_layers, 0)
+    output = n_gpu_layers > n_layer
+    weights = kv = 0
+    seen: set[str] = set()
+    tied = True
+    for t in model.tensors.values():
+        if t.view_src not in (-1, t.tensor_id) or t.name in seen:
+            continue
+        seen.add(t.name)
+        if t.name.startswith("cache_"):
+            m = _LAYER.search(t.name)
+            if m is not None and int(m.group(1) or m.group(2)) >= start:
+                kv += _alloc(t.nbytes, t.ne[0], t.dtype)
+            continue
+        if not t.name.endswith((".weight", ".bias")):
+            continue
+        if t.name == "output.weight":
+            tied = False
+        m = _LAYER.search(t.name)
+        on = (int(m.group(1) or m.group(2)) >= start) if m is not None else \
+            (output and not t.name.startswith("token_embd"))
+        if on:
+            weights += _alloc(t.nbytes, t.ne[0], t.dtype)
+    if output and tied:  # the output is a copy of the token embeddings on the output's device
+        for t in model.tensors.values():
+            if t.name == "token_embd.weight":
+                weights += _alloc(t.nbytes, t.ne[0], t.dtype)
+                break
+    return weights, kv
+
+
+def need_of(run: ModelRun, n_gpu_layers: int) -> Need:
+    pred = run.predict(n_gpu_layers)
+    gpu, host = list(pred.sizes)[:2]
+    weights, kv = static_need(run.model, run.n_layer, n_gpu_layers)
+    return Need(run.n_ctx, n_gpu_layers, weights, kv, pred.sizes[gpu], pred.sizes[host])
+
+
+def fit(path: str, *, budget: int, setting: Setting, question: str, n_gpu_layers: int | None = None,
+        device: str = "cuda", build: str = "captured", margin: int = DEFAULT_MARGIN, threads: int = 0,
+        alternatives: bool = True) -> FitAnswer:
+    """Answer ``question``: "n_gpu_layers" (the most layers at ``setting.n_ctx``) or "n_ctx"
+    (the largest context, a multiple of 256, with ``n_gpu_layers``: None is every layer)."""
+    if question not in ("n_ctx", "n_gpu_layers"):
+        raise UsageError(f"fit question {question!r}: n_ctx or n_gpu_layers")
+    if margin < 0 or budget <= margin:
+        raise UsageError(f"--fit {budget:,} B leaves nothing after llama.cpp's margin of {margin:,} B "
+                         "(--fit-margin): give more memory or a smaller margin")
+    t0 = time.perf_counter()
+    captures = predictions = 0
+    runs: dict[Setting, ModelRun] = {}
+
+    def run_at(s: Setting) -> ModelRun:
+        nonlocal captures
+        if s not in runs:
+            (runs[s],) = explain_model(path, [s], metadata_only=True, device=device, build=build, threads=threads)
+            captures += 1
+        return runs[s]
+
+    def need(s: Setting, ngl: int) -> Need:
+        nonlocal predictions
+        predictions += 1
+        return need_of(run_at(s), ngl)
+
+    usable = budget - margin
+    first = run_at(setting)
+    n_layer = first.n_layer
+    full = n_layer + 1
+    answer: Need | None = None
+    beyond: Need | None = None
+    best = setting
+    if question == "n_gpu_layers":
+        lo_need = need(setting, 0)
+        if lo_need.total > usable:
+            answer, beyond = None, lo_need
+        else:
+            lo, hi = 0, full  # lo fits; find the largest that does
+            fits = {0: lo_need}
+            top = need(setting, full)
+            if top.total <= usable:
+                answer, beyond = top, None
+            else:
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    nd = need(setting, mid)
+                    if nd.total <= usable:
+                        lo, fits[mid] = mid, nd
+                    else:
+                        hi = mid
+                answer, beyond = fits[lo], need(setting, lo + 1)
+    else:
+        ngl = full if n_gpu_layers is None else n_gpu_layers
+        train = first.n_ctx_train or 0
+        limit = train if train >= CTX_STEP else max(setting.n_ctx, CTX_STEP)
+        lo_s = replace(setting, n_ctx=CTX_STEP)
+        lo_need = need(lo_s, ngl)
+        if lo_need.total > usable:
+            answer, beyond = None, lo_need
+        else:
+            top_s = replace(setting, n_ctx=limit - limit % CTX_STEP)
+            top = need(top_s, ngl)
+            if top.total <= usable:
+                answer, beyond, best = top, None, top_s
+            else:
+                lo, hi = 1, top_s.n_ctx // CTX_STEP
+                fits = {1: lo_need}
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    nd = need(replace(setting, n_ctx=mid * CTX_STEP), ngl)
+                    if nd.total <= usable:
+                        lo, fits[mid] = mid, nd
+                    else:
+                        hi = mid
+                answer, best = fits[lo], replace(setting, n_ctx=lo * CTX_STEP)
+                beyond = need(replace(setting, n_ctx=(lo + 1) * CTX_STEP), ngl)
+    alts: list[tuple[str, Need]] = []
+    refused: list[tuple[str, str]] = []
+    if alternatives and answer is not None:
+        ngl = answer.n_gpu_layers
+        base = replace(best, n_ctx=answer.n_ctx)
+        others = [(f"-ub {u}", replace(base, n_ubatch=u, n_batch=max(base.batch, u)))
+                  for u in (base.n_ubatch // 2, base.n_ubatch * 2) if u >= 1]
+        fa = {"on": "off", "off": "on"}.get(base.flash_attn) or ("off" if first.graph_flash_attn == "on" else "on")
+        others.append((f"-fa {fa}", replace(base, flash_attn=fa)))
+        others.append(("-ctk/-ctv " + ("f16" if base.kv_type != "f16" else "q8_0"),
+                       replace(base, kv_type="f16" if base.kv_type != "f16" else "q8_0")))
+        for label, s in others:
+            try:
+                alts.append((label, need(s, ngl)))
+            except VizallocError as exc:  # a setting llama.cpp refuses (a quantized V cache without -fa)
+                refused.append((label, str(exc)))
+    return FitAnswer(question, budget, margin, n_layer, answer, beyond, alts, refused, predictions, captures,
+                     time.perf_counter() - t0)
