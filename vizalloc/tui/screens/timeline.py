@@ -97,6 +97,10 @@ class TimelineScreen(PaneScreen):
     def steps_grew(self) -> None:
         if self.only_hazards or self.filter_text:
             return
+        src = self.table.source
+        if isinstance(src, StepsSource) and src.steps is not self.vz.scan.steps:
+            self._rebuild(cursor=0)   # a new pre-scan: the trace is read again (a repetition's proof failed)
+            return
         self.table.refresh()
         self._describe()
 
