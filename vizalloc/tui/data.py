@@ -194,9 +194,10 @@ def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, int]:
     return f, os.fstat(f.fileno()).st_size
 
 
-def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> None:
+def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None, frames: int = 0) -> None:
     """Say where a trace cut short is cut, once reading ended: ``on_cut(sentence)``, or a
-    ``TraceTruncatedWarning`` at the line that called the reading function.
+    ``TraceTruncatedWarning`` at the line that called the reading function (``frames``: the calls
+    between that function and this one).
 
     Raises:
         TraceFormatError: cut before its first complete frame (nothing to show).
@@ -211,7 +212,7 @@ def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> N
     if on_cut is not None:
         on_cut(str(cut))
     else:
-        reader.warn_if_incomplete(stacklevel=4)  # here, _say_cut, the reading function, its caller
+        reader.warn_if_incomplete(stacklevel=4 + frames)  # here, _say_cut, the reading function, its caller
 
 
 def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
@@ -312,7 +313,7 @@ def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Call
                     on_batch(reader.offset, total)
                 time.sleep(0)
             if not said:
-                _say_cut(reader, on_cut)
+                _say_cut(reader, on_cut, frames=2)   # run, analysed
                 said.append(True)
             if progress:
                 progress("hazards", 0, 1)
