@@ -186,12 +186,14 @@ class MapScreen(PaneScreen):
         p = self.panel
         fig = p.figures
         head.no_wrap, head.overflow = True, "ellipsis"   # a narrow terminal cuts a line, never wraps it
+        a = self.vz.analysis
+        graph = a.model.graph_name(self.bmap.graph_id) if a is not None else f"graph #{self.bmap.graph_id}"
         if self.bmap.planned:
             head.append(f"plan #{self.bmap.plan_id}", style="bold")
-            head.append(f" of graph #{self.bmap.graph_id} (a reserve, never bound: its offsets; {p.n_steps} nodes)  ")
+            head.append(f" of {graph} (a reserve, never bound: its offsets; {p.n_steps} nodes)  ")
         else:
             head.append(f"binding #{self.bmap.binding_id}", style="bold")
-            head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
+            head.append(f" of {graph} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
         head.append(inert(p.title), style="bold")
         head.append(f" {fmt_bytes(p.nbytes)}")
         if fig is not None and fig.freed:
