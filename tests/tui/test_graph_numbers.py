@@ -1,10 +1,11 @@
-"""One graph, one number: check, export and the TUI name a graph the scheduler copied as the
+"""One graph, one number: check, export (dot, layout, Perfetto) and the TUI name a graph the scheduler copied as the
 program's graph, with its copy (``TraceModel.graph_name``: ``graph #1 (sched copy #5)``).
 Before, the TUI's timeline, memory map and graph pane said ``graph #5`` where check said
 ``graph #1``, and export said ``(scheduler graph #5)``."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -41,6 +42,10 @@ async def test_a_scheduler_copy_has_the_same_number_in_check_export_and_the_tui(
         out = tmp_path / f"b.{fmt}"
         assert main(["export", str(path), "--format", fmt, "--binding", binding, "-o", str(out)]) == 0
         assert f"{name} binding #{binding}," in out.read_text(), fmt
+    out = tmp_path / "b.perfetto.json"
+    assert main(["export", str(path), "--format", "perfetto", "-o", str(out)]) == 0
+    computes = {e["args"]["compute_id"]: e["name"] for e in json.loads(out.read_text())["traceEvents"]
+                if e.get("cat") == "compute"}
     capsys.readouterr()
 
     app = VizallocApp(str(path))
@@ -52,6 +57,13 @@ async def test_a_scheduler_copy_has_the_same_number_in_check_export_and_the_tui(
         (row,) = [i for i in range(len(src)) if src.step(i).kind is StepKind.BINDING
                   and src.step(i).step_id == int(binding)]
         assert src.cells(row)[3] == f"#{program}"   # the timeline's graph column
+        # the scheduler computes split views of its copy: the timeline and Perfetto number them alike
+        steps = [src.step(i) for i in range(len(src))]
+        shown = {s.step_id: src.cells(i)[3] for i, s in enumerate(steps) if s.kind is StepKind.COMPUTE}
+        assert shown and set(shown) == set(computes)
+        assert any(s.graph_id != int(shown[s.step_id][1:]) for s in steps if s.kind is StepKind.COMPUTE)
+        for c, graph in shown.items():
+            assert re.fullmatch(rf"compute #{c} graph {graph} \(view copy #\d+\)", computes[c]), computes[c]
         table.cursor = row
         await pilot.pause()
         assert app.selected_binding == int(binding)
