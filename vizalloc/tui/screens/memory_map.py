@@ -30,9 +30,10 @@ class MapScreen(PaneScreen):
     PANE = "Memory map"
     INFO_ROWS = 4   # the cursor's place and up to three tensors, or "… and N more"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "binding(1)", "Next binding",
+        # a map per binding and per worst-case reserve: n/p walk both, so "binding" would say too little
+        Binding("n", "binding(1)", "Next map",
                 tooltip="Next binding, or worst-case reserve (a plan never bound), in trace order"),
-        Binding("p", "binding(-1)", "Prev binding",
+        Binding("p", "binding(-1)", "Prev map",
                 tooltip="Prev binding, or worst-case reserve (a plan never bound), in trace order"),
         Binding("b", "buffer(1)", "Next buffer"),
         Binding("enter", "open", "Tensor"),
