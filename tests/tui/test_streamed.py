@@ -108,9 +108,13 @@ async def test_a_failed_proof_is_browsed_as_every_step_analysed(tmp_path: Path, 
         analyse_columns(iter_columns(TraceFileReader(f), 1 << 20))
     monkeypatch.setattr(data_mod, "STREAM_BYTES", 0)
     app = VizallocApp(str(path))
+    phases: list[str] = []
+    told = app._progress
+    app._progress = lambda phase, done, total: (phases.append(phase), told(phase, done, total))[1]  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         assert app.load_error == ""
+        assert "reread" in phases and phases.index("reread") > phases.index("read")   # the bar says so
         b = app.analysis
         assert b is not None and isinstance(b.tensors, RepeatedRows)
         assert _steps(app.scan) == _steps(scan_a) and len(scan_a.steps) > 30
