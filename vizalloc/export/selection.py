@@ -30,14 +30,14 @@ class Selection:
     """One graph as it stood at one moment."""
 
     graph_id: int          # the graph whose nodes are drawn (the scheduler's graph when it bound one)
-    user_graph_id: int     # the graph asked for (same as graph_id without a scheduler)
+    user_graph_id: int     # the program's graph (``TraceModel.program_graph``; graph_id without a scheduler)
+    graph_name: str        # how every report names the drawn graph (``TraceModel.graph_name``)
     binding_id: int        # -1: never bound
     plan_id: int
     galloc_id: int
     cut_seq: int           # the state right after this event is drawn
     reason: str = ""       # why this one was drawn ("the first binding with a finding", ...)
     choices: int = 0       # bindings in the trace
-    graph_name: str = ""   # how every report names the drawn graph (``TraceModel.graph_name``)
 
     @property
     def note(self) -> str:
@@ -51,7 +51,7 @@ class Selection:
 
     @property
     def title(self) -> str:
-        parts = [self.graph_name or f"graph #{self.user_graph_id}"]
+        parts = [self.graph_name]
         if self.binding_id >= 0:
             parts.append(f"binding #{self.binding_id}, plan #{self.plan_id}")
         elif self.planned:
@@ -77,15 +77,15 @@ def _sched_graph(model: TraceModel, graph_id: int) -> int:
 def _binding_selection(model: TraceModel, binding_id: int, reason: str = "") -> Selection:
     b = model.bindings[binding_id]
     cut = b.end_seq if b.end_seq != NEVER else last_seq(model)
-    return Selection(b.graph_id, model.program_graph(b.graph_id), b.binding_id, b.plan_id, b.galloc_id, cut, reason,
-                     len(model.bindings), model.graph_name(b.graph_id))
+    return Selection(b.graph_id, model.program_graph(b.graph_id), model.graph_name(b.graph_id), b.binding_id,
+                     b.plan_id, b.galloc_id, cut, reason, len(model.bindings))
 
 
 def _plan_selection(model: TraceModel, plan_id: int, reason: str) -> Selection:
     plan = model.plans[plan_id]
     cut = plan_buffers(model, plan_id)[1]
-    return Selection(plan.graph_id, model.program_graph(plan.graph_id), -1, plan_id, plan.galloc_id, cut, reason,
-                     len(model.bindings) + len(model.plans), model.graph_name(plan.graph_id))
+    return Selection(plan.graph_id, model.program_graph(plan.graph_id), model.graph_name(plan.graph_id), -1, plan_id,
+                     plan.galloc_id, cut, reason, len(model.bindings) + len(model.plans))
 
 
 def n_splits(model: TraceModel, binding: BindingInfo) -> int:
@@ -159,11 +159,10 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
         planned = [p.plan_id for p in model.plans.values() if p.graph_id in (graph_id, target) and p.graph is not None]
         if planned:
             pid = max(planned, key=lambda k: model.plans[k].begin_seq)
-            return _plan_selection(model, pid, f"graph #{graph_id} as asked: never bound, drawn at the offsets "
+            return _plan_selection(model, pid, f"{model.graph_name(graph_id)} as asked: never bound, drawn at the offsets "
                                                f"of its plan #{pid}")
-        return Selection(graph_id, model.program_graph(graph_id), -1, -1, -1, last_seq(model),
-                         f"{model.graph_name(graph_id)} as asked (never bound)", len(model.bindings),
-                         model.graph_name(graph_id))
+        return Selection(graph_id, model.program_graph(graph_id), model.graph_name(graph_id), -1, -1, -1,
+                         last_seq(model), f"{model.graph_name(graph_id)} as asked (never bound)", len(model.bindings))
     for bid in prefer:
         if bid in model.bindings:
             return _binding_selection(model, bid, "the first binding with a finding")
@@ -187,5 +186,5 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
     if not graphs:
         raise UsageError("the trace holds no graph to draw (no GraphExpanded event); trace a run that builds one")
     g = max(graphs, key=lambda x: (len(x.nodes), x.graph_id))
-    return Selection(g.graph_id, model.program_graph(g.graph_id), -1, -1, -1, last_seq(model),
-                     "no binding; the largest graph", graph_name=model.graph_name(g.graph_id))
+    return Selection(g.graph_id, model.program_graph(g.graph_id), model.graph_name(g.graph_id), -1, -1, -1,
+                     last_seq(model), "no binding; the largest graph")
