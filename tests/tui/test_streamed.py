@@ -122,3 +122,26 @@ async def test_a_failed_proof_is_browsed_as_every_step_analysed(tmp_path: Path, 
         assert list(map(int, b.tensors.ids)) == list(a.tensors.ids)
         table = app.screen.query_one("#steps", VirtualTable)
         assert len(table.source) == len(scan_a.steps)
+
+
+@pytest.mark.anyio
+async def test_the_timeline_follows_a_new_prescan(trace_path: Path) -> None:
+    """When the stream is read again (a failed proof), the app's pre-scan is a new one: the
+    timeline, told the steps grew, shows the new list, not the one it held."""
+    from vizalloc.tui.screens.timeline import StepsSource, TimelineScreen
+
+    app = VizallocApp(str(trace_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        table = screen.query_one("#steps", VirtualTable)
+        events, _ = read_events(trace_path, Prescan())
+        fresh = Prescan()
+        fresh.feed(events[:len(events) // 3])
+        assert 0 < len(fresh.steps) < len(table.source)
+        app.scan = fresh
+        screen.steps_grew()
+        await pilot.pause()
+        assert isinstance(table.source, StepsSource) and table.source.steps is fresh.steps
+        assert len(table.source) == len(fresh.steps)
