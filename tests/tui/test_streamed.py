@@ -83,3 +83,65 @@ async def test_every_pane_opens_on_a_streamed_trace(trace_path: Path, monkeypatc
         await pilot.press("escape", "1", "end")
         table = app.screen.query_one("#steps", VirtualTable)
         assert len(table.source) == len(app.scan.steps) > 30
+
+
+@pytest.mark.anyio
+async def test_a_failed_proof_is_browsed_as_every_step_analysed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed trace whose proof of repetition fails (the analysis' own fault, made here as
+    its fallback test makes it: the last step reads the writes as the observed step left them) is
+    read again with every step analysed (``analysis.stream.analysed``), on a fresh pre-scan: the
+    app shows what the object path shows, no error."""
+    from tests.analysis.test_stream import _unmoved
+    from vizalloc.analysis.stream import RepetitionError, analyse_columns
+    from vizalloc.tui.steps import count_hazards
+    from vizalloc.trace.columns import iter_columns
+    from vizalloc.trace.fileformat import TraceFileReader
+
+    path = tmp_path / "unset.vztrace"
+    save(Trace(TraceHeader.new(), tuple(decode_loops.record("reuse_unset_input", tokens=30))), path)
+    scan_a = Prescan()
+    events, header = read_events(path, scan_a)
+    a = analyse(events, header)
+    count_hazards(scan_a.steps, a.hazards)
+    _unmoved(monkeypatch)
+    with path.open("rb") as f, pytest.raises(RepetitionError):   # the proof does fail on this trace
+        analyse_columns(iter_columns(TraceFileReader(f), 1 << 20))
+    monkeypatch.setattr(data_mod, "STREAM_BYTES", 0)
+    app = VizallocApp(str(path))
+    phases: list[str] = []
+    told = app._progress
+    app._progress = lambda phase, done, total: (phases.append(phase), told(phase, done, total))[1]  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        assert app.load_error == ""
+        assert "reread" in phases and phases.index("reread") > phases.index("read")   # the bar says so
+        b = app.analysis
+        assert b is not None and isinstance(b.tensors, RepeatedRows)
+        assert _steps(app.scan) == _steps(scan_a) and len(scan_a.steps) > 30
+        assert [h.to_dict() for h in b.hazards] == [h.to_dict() for h in a.hazards]
+        assert list(map(int, b.tensors.ids)) == list(a.tensors.ids)
+        table = app.screen.query_one("#steps", VirtualTable)
+        assert len(table.source) == len(scan_a.steps)
+
+
+@pytest.mark.anyio
+async def test_the_timeline_follows_a_new_prescan(trace_path: Path) -> None:
+    """When the stream is read again (a failed proof), the app's pre-scan is a new one: the
+    timeline, told the steps grew, shows the new list, not the one it held."""
+    from vizalloc.tui.screens.timeline import StepsSource, TimelineScreen
+
+    app = VizallocApp(str(trace_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        screen = app.screen
+        assert isinstance(screen, TimelineScreen)
+        table = screen.query_one("#steps", VirtualTable)
+        events, _ = read_events(trace_path, Prescan())
+        fresh = Prescan()
+        fresh.feed(events[:len(events) // 3])
+        assert 0 < len(fresh.steps) < len(table.source)
+        app.scan = fresh
+        screen.steps_grew()
+        await pilot.pause()
+        assert isinstance(table.source, StepsSource) and table.source.steps is fresh.steps
+        assert len(table.source) == len(fresh.steps)

@@ -122,7 +122,7 @@ def perfetto_events(model: TraceModel, findings: Sequence[Highlight] = ()) -> li
         tid = backend_tid(c.backend)
         begin = t_of[c.begin_seq]
         end = t_of.get(c.end_seq, t_end) if c.end_seq != NEVER else t_end
-        out.append({"name": f"compute #{c.compute_id} graph #{c.graph_id}", "cat": "compute", "ph": "X",
+        out.append({"name": f"compute #{c.compute_id} {model.graph_name(c.graph_id)}", "cat": "compute", "ph": "X",
                     "ts": _us(begin, t0), "dur": max(_us(end, t0) - _us(begin, t0), 0.0), "pid": COMPUTE_PID,
                     "tid": tid, "args": {"compute_id": c.compute_id, "graph_id": c.graph_id, "n_nodes": c.n_nodes}})
         prev_end = begin

@@ -30,7 +30,8 @@ class Selection:
     """One graph as it stood at one moment."""
 
     graph_id: int          # the graph whose nodes are drawn (the scheduler's graph when it bound one)
-    user_graph_id: int     # the graph asked for (same as graph_id without a scheduler)
+    user_graph_id: int     # the program's graph (``TraceModel.program_graph``; graph_id without a scheduler)
+    graph_name: str        # how every report names the drawn graph (``TraceModel.graph_name``)
     binding_id: int        # -1: never bound
     plan_id: int
     galloc_id: int
@@ -50,9 +51,7 @@ class Selection:
 
     @property
     def title(self) -> str:
-        parts = [f"graph #{self.user_graph_id}"]
-        if self.graph_id != self.user_graph_id:
-            parts.append(f"(scheduler graph #{self.graph_id})")
+        parts = [self.graph_name]
         if self.binding_id >= 0:
             parts.append(f"binding #{self.binding_id}, plan #{self.plan_id}")
         elif self.planned:
@@ -64,14 +63,6 @@ class Selection:
 
 def last_seq(model: TraceModel) -> int:
     return model.last_seq
-
-
-def _user_graph(model: TraceModel, graph_id: int) -> int:
-    for s in model.scheds.values():
-        for a in s.allocs:
-            if a.sched_graph_id == graph_id:
-                return a.graph_id
-    return graph_id
 
 
 def _sched_graph(model: TraceModel, graph_id: int) -> int:
@@ -86,15 +77,15 @@ def _sched_graph(model: TraceModel, graph_id: int) -> int:
 def _binding_selection(model: TraceModel, binding_id: int, reason: str = "") -> Selection:
     b = model.bindings[binding_id]
     cut = b.end_seq if b.end_seq != NEVER else last_seq(model)
-    return Selection(b.graph_id, _user_graph(model, b.graph_id), b.binding_id, b.plan_id, b.galloc_id, cut, reason,
-                     len(model.bindings))
+    return Selection(b.graph_id, model.program_graph(b.graph_id), model.graph_name(b.graph_id), b.binding_id,
+                     b.plan_id, b.galloc_id, cut, reason, len(model.bindings))
 
 
 def _plan_selection(model: TraceModel, plan_id: int, reason: str) -> Selection:
     plan = model.plans[plan_id]
     cut = plan_buffers(model, plan_id)[1]
-    return Selection(plan.graph_id, _user_graph(model, plan.graph_id), -1, plan_id, plan.galloc_id, cut, reason,
-                     len(model.bindings) + len(model.plans))
+    return Selection(plan.graph_id, model.program_graph(plan.graph_id), model.graph_name(plan.graph_id), -1, plan_id,
+                     plan.galloc_id, cut, reason, len(model.bindings) + len(model.plans))
 
 
 def n_splits(model: TraceModel, binding: BindingInfo) -> int:
@@ -103,7 +94,7 @@ def n_splits(model: TraceModel, binding: BindingInfo) -> int:
     sched = model.scheds.get(binding.sched_id)
     if sched is None:
         return 0
-    user = _user_graph(model, binding.graph_id)
+    user = model.program_graph(binding.graph_id)
     count = 0
     for split in sched.splits:
         if split.seq >= binding.begin_seq:
@@ -163,16 +154,15 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
         target = _sched_graph(model, graph_id)
         bound = [b for b in model.bindings.values() if b.graph_id == target]
         if bound:
-            sel = _binding_selection(model, max(b.binding_id for b in bound))
-            return Selection(sel.graph_id, graph_id, sel.binding_id, sel.plan_id, sel.galloc_id, sel.cut_seq,
-                             f"the latest binding of graph #{graph_id}", sel.choices)
+            return _binding_selection(model, max(b.binding_id for b in bound),
+                                      f"the latest binding of {model.graph_name(graph_id)}")
         planned = [p.plan_id for p in model.plans.values() if p.graph_id in (graph_id, target) and p.graph is not None]
         if planned:
             pid = max(planned, key=lambda k: model.plans[k].begin_seq)
-            return _plan_selection(model, pid, f"graph #{graph_id} as asked: never bound, drawn at the offsets "
+            return _plan_selection(model, pid, f"{model.graph_name(graph_id)} as asked: never bound, drawn at the offsets "
                                                f"of its plan #{pid}")
-        return Selection(graph_id, graph_id, -1, -1, -1, last_seq(model), f"graph #{graph_id} as asked (never bound)",
-                         len(model.bindings))
+        return Selection(graph_id, model.program_graph(graph_id), model.graph_name(graph_id), -1, -1, -1,
+                         last_seq(model), f"{model.graph_name(graph_id)} as asked (never bound)", len(model.bindings))
     for bid in prefer:
         if bid in model.bindings:
             return _binding_selection(model, bid, "the first binding with a finding")
@@ -196,4 +186,5 @@ def select(model: TraceModel, *, graph_id: int | None = None, binding_id: int | 
     if not graphs:
         raise UsageError("the trace holds no graph to draw (no GraphExpanded event); trace a run that builds one")
     g = max(graphs, key=lambda x: (len(x.nodes), x.graph_id))
-    return Selection(g.graph_id, g.graph_id, -1, -1, -1, last_seq(model), "no binding; the largest graph")
+    return Selection(g.graph_id, model.program_graph(g.graph_id), model.graph_name(g.graph_id), -1, -1, -1,
+                     last_seq(model), "no binding; the largest graph")

@@ -51,8 +51,8 @@ SWITCH_MASK_S = 0.01
 #: How long the selected binding must stay before a worker makes its views.
 PREPARE_SETTLE_S = 0.03
 
-_PHASES = {"read": "reading", "model": "building the model", "hazards": "finding hazards",
-           "tensors": "indexing tensors"}
+_PHASES = {"read": "reading", "reread": "reading again, every step analysed", "model": "building the model",
+           "hazards": "finding hazards", "tensors": "indexing tensors"}
 
 
 @dataclass(frozen=True)
@@ -168,8 +168,15 @@ class VizallocApp(App[None]):
             header = None
             if isinstance(src, (str, os.PathLike)) and streams(src):
                 # too big to hold as events: analysed as a stream, the timeline growing as it reads
-                analysis = analyse_streamed(src, self.scan, lambda d, t: self._progress("read", d, t),
-                                            on_cut=self._cut_short, progress=self._progress)
+                phase = ["read"]
+
+                def rescan(scan: Prescan) -> None:
+                    # a repetition's proof failed: the file is read again, its steps found anew
+                    self.scan = scan
+                    phase[0] = "reread"
+
+                analysis = analyse_streamed(src, self.scan, lambda d, t: self._progress(phase[0], d, t),
+                                            on_cut=self._cut_short, progress=self._progress, on_rescan=rescan)
                 count_hazards(self.scan.steps, analysis.hazards)
                 self.post_message(TraceAnalysed(analysis))
                 return
@@ -204,7 +211,7 @@ class VizallocApp(App[None]):
         self.load_phase = message.phase
         self.load_fraction = message.done / message.total if message.total else 0.0
         screen = self.screen
-        if message.phase == "read" and isinstance(screen, TimelineScreen):
+        if message.phase in ("read", "reread") and isinstance(screen, TimelineScreen):
             screen.steps_grew()
         self.refresh_loadbar(screen)
 

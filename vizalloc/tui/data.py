@@ -36,7 +36,8 @@ from vizalloc.tui.tensorrows import (
 if TYPE_CHECKING:
     from vizalloc.trace.fileformat import TraceFileReader
 
-#: Progress callback: (phase, done, total); phases "read", "model", "hazards", "tensors".
+#: Progress callback: (phase, done, total); phases "read", "reread" (a streamed file read again after
+#: a repetition's proof failed), "model", "hazards", "tensors".
 Progress = Callable[[str, int, int], None]
 
 MAP_CACHE = 16
@@ -193,9 +194,10 @@ def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, int]:
     return f, os.fstat(f.fileno()).st_size
 
 
-def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> None:
+def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None, frames: int = 0) -> None:
     """Say where a trace cut short is cut, once reading ended: ``on_cut(sentence)``, or a
-    ``TraceTruncatedWarning`` at the line that called the reading function.
+    ``TraceTruncatedWarning`` at the line that called the reading function (``frames``: the calls
+    between that function and this one).
 
     Raises:
         TraceFormatError: cut before its first complete frame (nothing to show).
@@ -210,7 +212,7 @@ def _say_cut(reader: TraceFileReader, on_cut: Callable[[str], None] | None) -> N
     if on_cut is not None:
         on_cut(str(cut))
     else:
-        reader.warn_if_incomplete(stacklevel=4)  # here, _say_cut, the reading function, its caller
+        reader.warn_if_incomplete(stacklevel=4 + frames)  # here, _say_cut, the reading function, its caller
 
 
 def read_events(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
@@ -271,43 +273,61 @@ def streams(path: str | os.PathLike[str]) -> bool:
 
 
 def analyse_streamed(path: str | os.PathLike[str], scan: Prescan, on_batch: Callable[[int, int], None] | None = None,
-                     on_cut: Callable[[str], None] | None = None, progress: Progress | None = None) -> Analysis:
+                     on_cut: Callable[[str], None] | None = None, progress: Progress | None = None,
+                     on_rescan: Callable[[Prescan], None] | None = None) -> Analysis:
     """Read and analyse a big trace file as a stream (``vizalloc.analysis.stream``), feeding the
     pre-scan with every step, analysed or counted; memory holds the model and a batch of columns.
+
+    When the proof of a skipped repetition fails, the analysis reads the file again and analyses
+    every step (``vizalloc.analysis.stream.analysed``): that read feeds a fresh pre-scan, given to
+    ``on_rescan`` first (the one fed so far holds the steps read before the proof failed).
 
     Raises:
         UsageError: the file cannot be read.
         TraceFormatError: not a trace, damaged, or cut before its first complete frame.
     """
-    from vizalloc.analysis.stream import StreamAnalysis
+    from vizalloc.analysis.stream import StreamAnalysis, analysed
     from vizalloc.trace.columns import iter_columns
     from vizalloc.trace.fileformat import TraceFileReader
 
-    f, total = _open_trace(path)
-    stream = StreamAnalysis()
-    stream.on_events = scan.feed
-    stream.on_skipped = scan.feed_run
-    with f, gc_paused() as pause:
-        reader = TraceFileReader(f, os.fspath(path))
-        batches = iter_columns(reader, STREAM_BATCH_EVENTS)
-        while (batch := next(batches, None)) is not None:
-            stream.feed_columns(batch)
-            del batch
-            if on_batch is not None:
-                on_batch(reader.offset, total)
-            time.sleep(0)
-        _say_cut(reader, on_cut)
-        if progress:
-            progress("hazards", 0, 1)
-        hazards = stream.finish()
-        model = stream.model
-        if progress:
-            progress("tensors", 0, 1)
-        rows = build_repeated_rows(model, stream.runs.runs)
-        analysis = Analysis(model, hazards, rows, reader.header)
-        analysis.tensor_order.warm()
-        pause.freeze(keep=True)
-    return analysis
+    scans: list[Prescan] = []
+    said: list[bool] = []   # where the file is cut is said once: a second read finds the same cut
+
+    def run(stream: StreamAnalysis) -> Analysis:
+        if scans:   # read again: every step analysed, the steps found anew
+            scans.append(Prescan())
+            if on_rescan is not None:
+                on_rescan(scans[-1])
+        else:
+            scans.append(scan)
+        stream.on_events = scans[-1].feed
+        stream.on_skipped = scans[-1].feed_run
+        f, total = _open_trace(path)
+        with f, gc_paused() as pause:
+            reader = TraceFileReader(f, os.fspath(path))
+            batches = iter_columns(reader, STREAM_BATCH_EVENTS)
+            while (batch := next(batches, None)) is not None:
+                stream.feed_columns(batch)
+                del batch
+                if on_batch is not None:
+                    on_batch(reader.offset, total)
+                time.sleep(0)
+            if not said:
+                _say_cut(reader, on_cut, frames=2)   # run, analysed
+                said.append(True)
+            if progress:
+                progress("hazards", 0, 1)
+            hazards = stream.finish()
+            model = stream.model
+            if progress:
+                progress("tensors", 0, 1)
+            rows = build_repeated_rows(model, stream.runs.runs)
+            analysis = Analysis(model, hazards, rows, reader.header)
+            analysis.tensor_order.warm()
+            pause.freeze(keep=True)
+        return analysis
+
+    return analysed(run)
 
 
 def analyse(events: Sequence[ev.Event], header: Any = None, progress: Progress | None = None) -> Analysis:

@@ -89,7 +89,7 @@ class HistoryView:
                     at = model.placement_at(tensor_id, d.seq)
                     why = " while its placement was stale" if at is not None and at.stale_seq <= d.seq else ""
                     extra.append(HistoryRow(d.seq, "external", f"skipped as external by plan #{plan.plan_id} "
-                                            f"(galloc #{plan.galloc_id}, graph #{plan.graph_id}){why}",
+                                            f"(galloc #{plan.galloc_id}, {model.graph_name(plan.graph_id)}){why}",
                                             loc_text(d.loc)))
         extra.sort(key=lambda r: r.seq)
         # merge: ints are indices into model.events, rows are the extra entries

@@ -165,7 +165,7 @@ class GraphScreen(PaneScreen):
                 self._waiting = binding_id
                 self.rows = []
                 self.table.set_source(GraphSource([]))
-                self.set_info(Text(f"graph #{b.graph_id} as bound by binding #{binding_id}: listing its nodes\u2026",
+                self.set_info(Text(f"{a.model.graph_name(b.graph_id)} as bound by binding #{binding_id}: listing its nodes\u2026",
                                    style="bold"))
                 self.vz.prepare_binding(binding_id, settle=False)
                 return
@@ -176,7 +176,7 @@ class GraphScreen(PaneScreen):
         self.table.set_source(src, cursor=cursor)
         layers = sum(1 for r in rows if r.kind == "layer")
         info = Text()
-        info.append(f"graph #{b.graph_id} as bound by binding #{b.binding_id}", style="bold")
+        info.append(f"{a.model.graph_name(b.graph_id)} as bound by binding #{b.binding_id}", style="bold")
         info.append(f": {src.n_nodes} nodes, {src.n_leafs} leafs")
         if layers:
             info.append(f", {layers} layers folded (enter on one unfolds it, z all)")

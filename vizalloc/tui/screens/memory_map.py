@@ -30,9 +30,10 @@ class MapScreen(PaneScreen):
     PANE = "Memory map"
     INFO_ROWS = 4   # the cursor's place and up to three tensors, or "… and N more"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "binding(1)", "Next binding",
+        # a map per binding and per worst-case reserve: n/p walk both, so "binding" would say too little
+        Binding("n", "binding(1)", "Next map",
                 tooltip="Next binding, or worst-case reserve (a plan never bound), in trace order"),
-        Binding("p", "binding(-1)", "Prev binding",
+        Binding("p", "binding(-1)", "Prev map",
                 tooltip="Prev binding, or worst-case reserve (a plan never bound), in trace order"),
         Binding("b", "buffer(1)", "Next buffer"),
         Binding("enter", "open", "Tensor"),
@@ -186,12 +187,14 @@ class MapScreen(PaneScreen):
         p = self.panel
         fig = p.figures
         head.no_wrap, head.overflow = True, "ellipsis"   # a narrow terminal cuts a line, never wraps it
+        a = self.vz.analysis
+        graph = a.model.graph_name(self.bmap.graph_id) if a is not None else f"graph #{self.bmap.graph_id}"
         if self.bmap.planned:
             head.append(f"plan #{self.bmap.plan_id}", style="bold")
-            head.append(f" of graph #{self.bmap.graph_id} (a reserve, never bound: its offsets; {p.n_steps} nodes)  ")
+            head.append(f" of {graph} (a reserve, never bound: its offsets; {p.n_steps} nodes)  ")
         else:
             head.append(f"binding #{self.bmap.binding_id}", style="bold")
-            head.append(f" of graph #{self.bmap.graph_id} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
+            head.append(f" of {graph} (plan #{self.bmap.plan_id}, {p.n_steps} nodes)  ")
         head.append(inert(p.title), style="bold")
         head.append(f" {fmt_bytes(p.nbytes)}")
         if fig is not None and fig.freed:

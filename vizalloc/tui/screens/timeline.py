@@ -7,7 +7,7 @@ hazard counts appear when the analysis is done.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import ClassVar
 
 from rich.text import Text
@@ -34,10 +34,14 @@ class StepsSource:
         Column("nodes", 6, True), Column("buffers", 10, True), Column("hazards", 7, True), Column("detail", 0),
     )
 
-    def __init__(self, steps: list[Step], index: list[int] | None = None, analysed: bool = False) -> None:
+    def __init__(self, steps: list[Step], index: list[int] | None = None, analysed: bool = False,
+                 graph_of: Callable[[int], int] | None = None) -> None:
         self.steps = steps
         self.index = index
         self.analysed = analysed
+        #: the number every report gives a graph (``TraceModel.program_graph``), once analysed: a
+        #: scheduler's copy and a split's view show as the program's graph
+        self.graph_of = graph_of
 
     def __len__(self) -> int:
         return len(self.steps) if self.index is None else len(self.index)
@@ -48,7 +52,8 @@ class StepsSource:
     def cells(self, i: int) -> Sequence[str]:
         s = self.step(i)
         sizes = " + ".join(fmt_bytes(sum(c)) for c in s.chunk_sizes if c) if s.chunk_sizes else ""
-        return (str(s.seq), s.kind.value, f"#{s.step_id}", f"#{s.graph_id}" if s.graph_id >= 0 else "",
+        graph = s.graph_id if self.graph_of is None or s.graph_id < 0 else self.graph_of(s.graph_id)
+        return (str(s.seq), s.kind.value, f"#{s.step_id}", f"#{graph}" if graph >= 0 else "",
                 str(s.n_nodes) if s.n_nodes else "", sizes,
                 str(s.n_hazards) if self.analysed else "…", inert(s.detail, 200))
 
@@ -91,11 +96,17 @@ class TimelineScreen(PaneScreen):
             index = [i for i, s in enumerate(steps)
                      if (not self.only_hazards or s.n_hazards)
                      and (not needle or needle in f"{s.kind.value} #{s.step_id} {s.detail}".lower())]
-        self.table.set_source(StepsSource(steps, index, self.vz.analysis is not None), cursor=cursor)
+        a = self.vz.analysis
+        self.table.set_source(StepsSource(steps, index, a is not None, a.model.program_graph if a is not None else None),
+                              cursor=cursor)
         self._describe()
 
     def steps_grew(self) -> None:
         if self.only_hazards or self.filter_text:
+            return
+        src = self.table.source
+        if isinstance(src, StepsSource) and src.steps is not self.vz.scan.steps:
+            self._rebuild(cursor=0)   # a new pre-scan: the trace is read again (a repetition's proof failed)
             return
         self.table.refresh()
         self._describe()
