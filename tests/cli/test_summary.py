@@ -49,9 +49,11 @@ def test_summary_into_a_pipe_is_not_cut_and_folds_the_loop(tmp_path, capsys, mon
     buffers = out[out.index("buffers (equal ones folded"):].splitlines()
     cells = " ".join(line.split("│")[-3].strip() for line in buffers if line.count("│") == 7)
     assert cause.search(cells), cells
-    data_rows = [line for line in out.splitlines() if line.startswith("\u2502")]
+    # the hazards table has a row per kind whatever the trace; the rows before it are the loop's
+    loop_part = out[:out.index("\nhazards")]
+    data_rows = [line for line in loop_part.splitlines() if line.startswith("\u2502")]
     # 6 steps x (forward + backward): 26 graphs, 12 plans and 3 buffers fold into a few rows
-    assert len(data_rows) < 40, out
+    assert len(data_rows) < 31, out
     graphs = [line for line in data_rows if " sched " in line]
     assert len(graphs) == 2 and any("step 4" in line for line in graphs)
 

@@ -80,7 +80,7 @@ class TraceModel:
         "computes": Held.map("compute", grows=True), "placements": Held("list", grows=True),
         "replans": Held.log(), "copies": Held.log(), "snapshots": Held.log(), "markers": Held.log(),
         "contexts": Held.map("context", grows=True), "input_copies": Held("set", "tensor"),
-        "captured": Held.log(), "replay_mismatches": Held.log(),
+        "captured": Held.log(), "replay_mismatches": Held.log(), "capture_incomplete": Held.log(),
         "n_streamed": Held.counter(), "streamed_last_seq": Held.counter(),
         "_seq_index": Held.link(), "_map_index": Held.link(),
     }
