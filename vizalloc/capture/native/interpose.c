@@ -898,6 +898,19 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
 
 VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
 
+/* A buffer was freed: the tensors last written naming it are written again when next seen.
+ * A buffer made later at the same address is another allocation, and a tensor made anew over
+ * the same memory (a context re-created where the last one was) can be byte for byte the
+ * tensor it replaces; unwritten, it would stay in the freed buffer. */
+VZ_LOCAL void forget_tensors_in(const void *buffer) {
+    for (size_t i = 0; i < g_tcap; i++) {
+        if (g_tensors[i].addr && RD(void *, g_tensors[i].bytes, OFF_BUFFER) == buffer) {
+            memset(g_tensors[i].bytes, 0xff, TENSOR_SIZE_KNOWN);
+            g_tensors[i].deep = 0;
+        }
+    }
+}
+
 VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     /* what a snapshot refers to must be described before it: buffer, type, op names */
     void *buffer = RD(void *, t, OFF_BUFFER);
@@ -1663,6 +1676,7 @@ VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
             int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
             size_t size = L->buffer_get_size(buffer);
             freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
+            forget_tensors_in(buffer);
             t_inside--;
         }
         pmap_del(&g_buffers, buffer);
