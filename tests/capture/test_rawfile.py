@@ -9,7 +9,7 @@ import pytest
 
 from vizalloc.capture import rawfile as rf
 
-HEADER = rf.MAGIC + rf.FORMAT_VERSION.to_bytes(4, "little")
+HEADER = rf.MAGIC + rf.FORMAT_VERSION.to_bytes(4, "little") + bytes(16)  # records to the file's end
 
 
 def record(kind: int, payload: bytes) -> bytes:
@@ -67,11 +67,11 @@ def test_damage_is_named_by_its_byte_offset() -> None:
         rf.read_records(b"VZTRACE\0" * 4)
     with pytest.raises(rf.CaptureFormatError, match="format 9"):
         rf.read_records(rf.MAGIC + (9).to_bytes(4, "little"))
-    with pytest.raises(rf.CaptureFormatError, match="byte 16 has an unknown kind 99"):
+    with pytest.raises(rf.CaptureFormatError, match="byte 32 has an unknown kind 99"):
         rf.read_records(HEADER + record(99, b""))
     # a galloc record claiming more buffer types than it holds
     bad = struct.pack("<qQQq", 0, 1, 0, 1 << 40)
-    with pytest.raises(rf.CaptureFormatError, match="byte 16 claims"):
+    with pytest.raises(rf.CaptureFormatError, match="byte 32 claims"):
         rf.read_records(HEADER + record(14, bad))
     with pytest.raises(rf.CaptureFormatError, match="claims 4294967295 bytes"):
         rf.read_records(HEADER + struct.pack("<HHI", 17, 0, 0xFFFFFFFF))

@@ -1,0 +1,30 @@
+"""THREADS threads (default 8) compute graphs at once, each with its own graph allocator
+and backend, ROUNDS times (ggml-python's calls release the GIL, so they overlap)."""
+
+import sys
+import threading
+
+import ggml
+from graphs import compute, cpu_backend
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+start = threading.Barrier(threads)
+results = {}
+
+
+def work(i):
+    backend = cpu_backend()
+    start.wait()
+    for _ in range(rounds):
+        results[i] = compute(backend, scale=float(i + 1))
+    ggml.ggml_backend_free(backend)
+
+
+pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+for t in pool:
+    t.start()
+for t in pool:
+    t.join()
+assert all(results[i] == [0.0, i + 1.0, 2 * (i + 1.0), 3 * (i + 1.0)] for i in range(threads)), results
+print("threads", threads, "rounds", rounds, flush=True)
