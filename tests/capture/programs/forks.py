@@ -1,5 +1,6 @@
 """Forks around ggml use: ``after`` (the parent allocates a weight buffer and a graph
-allocator, forks; child and parent both compute over them), ``before`` (fork before any
+allocator, forks; child and parent both compute over them), ``shared`` (one graph allocator made before the
+fork, used by both), ``before`` (fork before any
 ggml call; both use ggml), ``nested`` (parent, child and grandchild each compute, the
 child forking after its own compute). Each process prints what it computed; the parent
 exits with the number of children that failed."""
@@ -42,6 +43,18 @@ elif mode == "after":
         child(lambda: print("child", compute(backend, weights, scale=3.0), flush=True))
     failed += wait(pid)
     print("parent", compute(backend, weights), flush=True)
+elif mode == "shared":
+    # one graph allocator made before the fork, used on both sides
+    backend = cpu_backend()
+    weights = Weights(backend)
+    galloc = ggml.ggml_gallocr_new(ggml.lib.ggml_backend_cpu_buffer_type())
+    print("parent", compute(backend, weights, galloc=galloc), flush=True)
+    pid = os.fork()
+    if pid == 0:
+        child(lambda: print("child", compute(backend, weights, scale=3.0, galloc=galloc), flush=True))
+    failed += wait(pid)
+    print("parent", compute(backend, weights, galloc=galloc), flush=True)
+    ggml.ggml_gallocr_free(galloc)
 elif mode == "nested":
     backend = cpu_backend()
     print("parent", compute(backend), flush=True)

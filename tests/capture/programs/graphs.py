@@ -35,8 +35,21 @@ class Weights:
         ggml.ggml_backend_tensor_set(self.w, ones.ctypes.data, 0, ones.nbytes)
 
 
-def compute(backend, weights=None, scale=2.0, galloc=None):
-    """relu(x + w) * scale for x = 0..N-1 (w = 0 without weights); the first 4 values."""
+def custom_copy(meet):
+    """A ggml custom op (ggml_map_custom1) that copies its source and calls ``meet()`` while
+    it runs inside the graph compute (keep the result alive as long as graphs use it)."""
+
+    @ggml.ggml_custom1_op_t
+    def op(dst, a, ith, nth, userdata):
+        ctypes.memmove(ggml.ggml_get_data(dst), ggml.ggml_get_data(a), ggml.ggml_nbytes(a))
+        meet()
+
+    return op
+
+
+def compute(backend, weights=None, scale=2.0, galloc=None, custom=None):
+    """relu(x + w) * scale for x = 0..N-1 (w = 0 without weights); the first 4 values.
+    ``custom`` (from ``custom_copy``) runs between the add and the relu."""
     params = ggml.ggml_init_params(mem_size=ggml.ggml_tensor_overhead() * 16 + ggml.ggml_graph_overhead(),
                                    mem_buffer=None, no_alloc=True)
     ctx = ggml.ggml_init(params)
@@ -44,6 +57,8 @@ def compute(backend, weights=None, scale=2.0, galloc=None):
     ggml.ggml_set_name(x, b"x")
     ggml.ggml_set_input(x)
     y = ggml.ggml_add(ctx, x, weights.w) if weights is not None else ggml.ggml_scale(ctx, x, 1.0)
+    if custom is not None:
+        y = ggml.ggml_map_custom1(ctx, y, custom, 1, None)
     out = ggml.ggml_scale(ctx, ggml.ggml_relu(ctx, y), scale)
     ggml.ggml_set_name(out, b"out")
     ggml.ggml_set_output(out)

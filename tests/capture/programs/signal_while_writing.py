@@ -1,5 +1,6 @@
 """THREADS threads (default 8) compute graphs without end; after DELAY seconds (default
-1.0) the main thread sends the process SIGTERM, which lands while they record."""
+1.0) the main thread sends the process SIGTERM, which lands while they record. Prints the
+signals that have handlers first ("caught signals" and /proc's SigCgt mask)."""
 
 import os
 import signal
@@ -20,6 +21,9 @@ def work():
         compute(backend)
 
 
+# the signals that have a handler in this process (the capture must add none that writes)
+caught = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("SigCgt:"))
+print("caught signals", caught, flush=True)
 for _ in range(threads):
     threading.Thread(target=work, daemon=True).start()
 time.sleep(delay)

@@ -456,8 +456,20 @@ VZ_LOCAL int g_said_hello;
 VZ_LOCAL void rec_end(rec *r) {
     if (!r->ok || g_disabled) return;
     if (!g_said_hello) {
+        /* the image's first records, whatever is written first; they are built in the
+         * scratch space too, so a record waiting there is kept aside meanwhile */
         g_said_hello = 1;
-        start_image(); /* the image's first records, whatever is written first */
+        char *kept = r->p == g_scratch ? malloc(r->len) : NULL;
+        if (r->p == g_scratch && kept == NULL) {
+            stop_recording();
+            return;
+        }
+        if (kept) memcpy(kept, r->p, r->len);
+        start_image();
+        if (kept) {
+            memcpy(g_scratch, kept, r->len);
+            free(kept);
+        }
     }
     uint64_t tid = thread_id();
     if (tid != g_last_tid) {
@@ -1294,6 +1306,7 @@ VZ_LOCAL void redescribe(lives *ls) {
 /* The first records of an image's file: the process, then (in a fork child, which starts
  * knowing what its parent knew) the libraries, graph allocators and schedulers it holds. */
 VZ_LOCAL void start_image(void) {
+    open_output(); /* first: it finds the image's number */
     char buf[PATH_MAX + 4096 + 128]; /* not the scratch space: the record being ended is there */
     rec r;
     rec_begin_in(&r, R_HELLO, buf, sizeof buf);
@@ -1396,6 +1409,7 @@ __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
     RECORDING {
         if (g_fd >= 0) {
+            int mine = own_fd(); /* a reopened file is noted after the end record */
             rec r;
             rec_begin(&r, R_BYE);
             rec_i64(&r, 32);
@@ -1403,7 +1417,7 @@ __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
             bye_ctx b = {&r, self_base(), 0};
             dl_iterate_phdr(bye_cb, &b);
             rec_end(&r);
-            if (!g_disabled && own_fd() && ftruncate(g_fd, (off_t)g_end) == 0) g_file_len = g_end;
+            if (!g_disabled && mine && ftruncate(g_fd, (off_t)g_end) == 0) g_file_len = g_end;
         }
         g_disabled = 1;
     }
