@@ -126,10 +126,9 @@ def _no_ggml_trace(argv: list[str], finished: Finished, path: Path, force: bool)
         note = (f"{argv[0]} has ggml linked in statically, so its calls cannot be seen from outside: vizalloc needs "
                 "ggml as a shared library (build ggml / llama.cpp with -DBUILD_SHARED_LIBS=ON)")
     elif finished.signal is not None:
-        # the capture writes its file at its first flush; a process killed before it leaves none
-        note = (f"{argv[0]} was killed by signal {finished.signal} before the capture wrote anything: it called no "
-                "ggml allocator, scheduler or buffer function, or did so less than 100 ms before it died without a "
-                "graph compute or plan ending")
+        # the capture creates its file with its first record: a process killed before it leaves none
+        note = (f"{argv[0]} was killed by signal {finished.signal} before it called any ggml allocator, scheduler or "
+                "buffer function")
     else:
         note = f"{argv[0]} never called ggml's allocator, scheduler or buffer functions (no ggml library was used)"
     result.notes.append(note)
