@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -296,7 +297,11 @@ VZ_LOCAL int image_path(char *out, size_t cap, int image) {
 }
 
 VZ_LOCAL int high_fd(int fd) {
-    int hi = fcntl(fd, F_DUPFD_CLOEXEC, FD_FLOOR);
+    int floor = FD_FLOOR;
+    struct rlimit rl; /* under a low limit on descriptors, as high as it allows */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < FD_FLOOR + 64)
+        floor = rl.rlim_cur > 64 ? (int)rl.rlim_cur - 32 : fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, floor);
     if (hi < 0) return fd; /* a low limit on descriptors: keep the one we have */
     close(fd);
     return hi;
@@ -446,8 +451,15 @@ VZ_LOCAL void rec_put(rec *r, const void *data, size_t n) {
 VZ_LOCAL void rec_u64(rec *r, uint64_t v) { rec_put(r, &v, 8); }
 VZ_LOCAL void rec_i64(rec *r, int64_t v) { rec_put(r, &v, 8); }
 VZ_LOCAL void rec_ptr(rec *r, const void *v) { rec_u64(r, (uint64_t)(uintptr_t)v); }
+/* names cut since the last record (a note after it says so) */
+VZ_LOCAL int g_cut_names;
+
 VZ_LOCAL void rec_str(rec *r, const char *s) {
-    uint32_t n = s ? (uint32_t)strnlen(s, 4096) : 0;
+    uint32_t n = s ? (uint32_t)strnlen(s, 4097) : 0;
+    if (n > 4096) {
+        n = 4096;
+        g_cut_names++;
+    }
     rec_put(r, &n, 4);
     if (n) rec_put(r, s, n);
 }
@@ -464,7 +476,16 @@ VZ_LOCAL int g_said_hello;
 /* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
  * parts by the caller (see put_call), so a record never needs more than SCRATCH_CAP. */
 VZ_LOCAL void rec_end(rec *r) {
-    if (!r->ok || g_disabled) return;
+    if (g_disabled) return;
+    if (!r->ok) {
+        uint16_t kind;
+        memcpy(&kind, r->p, 2);
+        char text[160];
+        snprintf(text, sizeof text, "a record of kind %d was larger than the capture's %u-byte record limit and "
+                 "was not written", kind, SCRATCH_CAP);
+        note_text(text);
+        return;
+    }
     if (!g_said_hello) {
         /* the image's first records, whatever is written first; they are built in the
          * scratch space too, so a record waiting there is kept aside meanwhile */
@@ -494,6 +515,11 @@ VZ_LOCAL void rec_end(rec *r) {
     }
     rec_seal(r);
     emit(r->p, r->len);
+    if (g_cut_names) {
+        g_cut_names = 0;
+        note_text("a name (of a library, buffer type, backend or call site) was longer than the capture keeps "
+                  "and was cut");
+    }
     if (g_reopened) {
         g_reopened = 0;
         note_text("the program closed the capture's file descriptor (or gave its number to a file of its own); "
@@ -1159,7 +1185,7 @@ VZ_LOCAL const char *site_of(void *caller) {
     if (caller && dladdr(caller, &di)) { /* a scan of the object's symbols: once per call site */
         const char *obj = di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
         obj = obj ? obj + 1 : (di.dli_fname ? di.dli_fname : "?");
-        snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "");
+        if (snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "") >= (int)n) g_cut_names++;
     }
     if (cached) g_sites[slot].named = 1;
     return out;
