@@ -36,7 +36,6 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
