@@ -3,9 +3,9 @@ else through, and hand back the program's exit status and its capture files.
 
 The program keeps its stdin, stdout and stderr (the terminal, a pipe, a file) and its
 environment, plus ``LD_PRELOAD`` (the capture library first), ``VIZALLOC_CAPTURE_DIR``
-(where each process image that touches ggml writes ``capture.<pid>.<image>.vzcap``, named
-as ``rawfile`` says) and, for Python
-programs that call ggml through ctypes, the shim's directory first on ``PYTHONPATH``.
+(where each process image that touches ggml writes ``capture.<pid>.<image>.vzcap``, as
+``rawfile`` says) and, for Python programs that call ggml through ctypes, the shim's
+directory first on ``PYTHONPATH``.
 Ctrl-C reaches the program (it is in the terminal's foreground group); vizalloc waits for
 it and then imports what was captured.
 """
