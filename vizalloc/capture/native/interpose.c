@@ -250,6 +250,7 @@ VZ_LOCAL char *g_win;            /* the window records are copied into */
 VZ_LOCAL uint64_t g_win_off, g_win_len, g_file_len;
 VZ_LOCAL uint64_t g_end;         /* the file offset after the last complete record */
 VZ_LOCAL int g_reopened;         /* the program closed (or reused) the capture's descriptor: say so */
+VZ_LOCAL int g_opened;           /* this image's file was created */
 VZ_LOCAL uint64_t g_generation = 1; /* which image's descriptions the "already written" marks belong to */
 VZ_LOCAL uint64_t g_next_call = 1;
 VZ_LOCAL uint64_t g_counts[32];
@@ -359,11 +360,12 @@ VZ_LOCAL int map_window(uint64_t need) {
 
 VZ_LOCAL void open_output(void) {
     if (g_fd >= 0 || g_disabled) return;
-    if (g_dir[0] == '\0') {
+    if (g_dir[0] == '\0' || g_opened) { /* once per image: a lost file is not replaced by a new one */
         stop_recording();
         return;
     }
     /* one file per image: an exec'd program (same pid) takes the next free number */
+    g_opened = 1;
     int fd = -1;
     for (int image = 0; image < 100000 && fd < 0; image++) {
         if (!image_path(g_path, sizeof g_path, image)) break;
@@ -1388,6 +1390,7 @@ VZ_LOCAL void after_fork_child(void) {
     g_head = NULL;
     g_win_off = g_win_len = g_file_len = g_end = 0;
     g_said_hello = 0;
+    g_opened = 0;
     g_last_tid = 0;
     g_reopened = 0;
     t_tid = 0;
