@@ -110,6 +110,9 @@ def test_a_program_that_closes_every_descriptor_keeps_its_own_file(tmp_path: Pat
     own = tmp_path / "own.txt"
     code, out, traces = traced(tmp_path, "close_descriptors.py", str(own))
     assert code == 0, out
+    # the capture's descriptor is out of the way of the lowest numbers, and no exec inherits it
+    ((number, cloexec),) = re.findall(r"^capture descriptor (\d+) close-on-exec (\d)$", out, re.M)
+    assert int(number) >= 100 and cloexec == "1"
     # the program's file holds what it wrote and nothing of the capture's
     assert own.read_bytes() == b"the program's own line\n"
     assert "the capture opened its file again" in out
