@@ -207,6 +207,7 @@ typedef struct {
     ptr (*sched_get_tensor_backend)(ptr, ptr);
     ptr (*sched_get_buffer_type)(ptr, ptr);
     char reason[256]; /* why it was refused (status -1) */
+    int noted_range;  /* a type or op id outside the tables below was noted (once) */
     /* names already written (in this image) */
     unsigned char type_seen[256];
     unsigned char op_seen[3][256];
@@ -886,6 +887,7 @@ VZ_LOCAL int graph_layout_ok(ggml_lib *L, void *g) {
 
 VZ_LOCAL void put_type(ggml_lib *L, int type) {
     if (type < 0 || type > 255) {
+        if (L->noted_range++) return;
         char what[32];
         snprintf(what, sizeof what, "%d", type);
         note("a tensor has type id %s, outside 0..255: its type was not described%s", what, "");
@@ -905,6 +907,7 @@ VZ_LOCAL void put_type(ggml_lib *L, int type) {
 
 VZ_LOCAL void put_op(ggml_lib *L, int family, int id) {
     if (id < 0 || id > 255) {
+        if (L->noted_range++) return;
         char what[32];
         snprintf(what, sizeof what, "%d", id);
         note("a tensor has op id %s (family %s), outside 0..255: its op was not described", what,
