@@ -75,7 +75,9 @@ def image_files(folder: str | os.PathLike[str], program_pid: int | None = None) 
 # -- the format's tables: native/interpose.c has the same (tests/capture/test_format.py) --
 
 class RecordKind(enum.IntEnum):
-    """A record's kind (``R_*`` in interpose.c)."""
+    """A record's kind (``R_*`` in interpose.c). A new kind is a member here with the next
+    number, ``R_<NAME>`` in interpose.c's enum, a record dataclass and its ``DECODERS``
+    entry; tests/capture/test_format.py fails until all of them agree."""
 
     HELLO = 1
     LIBRARY = 2
