@@ -191,8 +191,8 @@ def per_placement(args: argparse.Namespace) -> float:
 
 
 #: the capture library's functions that do its own work (the hooks themselves only forward)
-CAPTURE_WORK = ("put_", "begin_call", "end_call", "enter", "flush_locked", "site_of", "lib_for", "rec_end",
-                "tensor_slot", "write_all", "discover", "add_lib", "vz_fini")
+CAPTURE_WORK = ("put_", "open_call", "end_call", "enter", "emit", "map_window", "own_fd", "site_of", "lib_for",
+                "rec_end", "tensor_slot", "start_image", "discover", "add_lib", "vz_fini")
 
 
 def profile(model: str, args: argparse.Namespace, plain_cpu: float) -> None:

@@ -91,11 +91,10 @@ def test_a_program_that_dies_leaves_the_trace_up_to_its_death(tmp_path: Path, ho
     assert sum(isinstance(e, ev.BindingBegin) for e in events) == 1
     assert [names[e.tensor_id] for e in events if isinstance(e, ev.NodeCompute)][-1] == "out"
     assert [names[e.tensor_id] for e in events if isinstance(e, ev.TensorSet)] == ["a"]
-    if sig != signal.SIGKILL:
-        # the capture's signal handler wrote out the rest: the result read after the compute
-        assert [names[e.tensor_id] for e in events if isinstance(e, ev.TensorGet)] == ["out"]
-    else:
-        assert "SIGKILL reaches no handler: the trace holds what the capture had written by then" in done.stderr
+    # every record made is in the file (a memory map), a SIGKILL's too: the result read after the compute
+    assert [names[e.tensor_id] for e in events if isinstance(e, ev.TensorGet)] == ["out"]
+    if sig == signal.SIGKILL:
+        assert "SIGKILL reaches no handler: the trace holds every record the capture had made by then" in done.stderr
 
 
 def test_a_program_killed_before_the_capture_wrote_anything(tmp_path: Path) -> None:
@@ -103,9 +102,7 @@ def test_a_program_killed_before_the_capture_wrote_anything(tmp_path: Path) -> N
     done = run(["run", "-o", "t.vztrace", "--", sys.executable, "-c", code], tmp_path)
     assert done.returncode == 128 + signal.SIGKILL
     (note,) = notes(tmp_path / "t.vztrace")
-    assert note.endswith("was killed by signal 9 before the capture wrote anything: it called no ggml allocator, "
-                         "scheduler or buffer function, or did so less than 100 ms before it died without a graph "
-                         "compute or plan ending")
+    assert note.endswith("was killed by signal 9 before it called any ggml allocator, scheduler or buffer function")
     assert "never called ggml" not in done.stderr
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from vizalloc.capture import rawfile as rf
 
-HEADER = rf.MAGIC + rf.FORMAT_VERSION.to_bytes(4, "little")
+HEADER = rf.MAGIC + rf.FORMAT_VERSION.to_bytes(4, "little") + bytes(16)  # records to the file's end
 
 
 def record(kind: int, payload: bytes) -> bytes:
@@ -67,13 +67,51 @@ def test_damage_is_named_by_its_byte_offset() -> None:
         rf.read_records(b"VZTRACE\0" * 4)
     with pytest.raises(rf.CaptureFormatError, match="format 9"):
         rf.read_records(rf.MAGIC + (9).to_bytes(4, "little"))
-    with pytest.raises(rf.CaptureFormatError, match="byte 16 has an unknown kind 99"):
+    with pytest.raises(rf.CaptureFormatError, match="byte 32 has an unknown kind 99"):
         rf.read_records(HEADER + record(99, b""))
     # a galloc record claiming more buffer types than it holds
     bad = struct.pack("<qQQq", 0, 1, 0, 1 << 40)
-    with pytest.raises(rf.CaptureFormatError, match="byte 16 claims"):
+    with pytest.raises(rf.CaptureFormatError, match="byte 32 claims"):
         rf.read_records(HEADER + record(14, bad))
     with pytest.raises(rf.CaptureFormatError, match="claims 4294967295 bytes"):
         rf.read_records(HEADER + struct.pack("<HHI", 17, 0, 0xFFFFFFFF))
     with pytest.raises(rf.CaptureFormatError, match="continues call 5, which never began"):
         rf.read_records(HEADER + record(11, continuation(5, 0, 0, [1], "Q")))
+
+
+def mapped(body: bytes, tail: bytes = bytes(4096)) -> bytes:
+    """A file as the capture's memory map leaves it: the header's end after ``body``, then ``tail``."""
+    end = len(HEADER) + len(body)
+    return HEADER[:16] + end.to_bytes(8, "little") + bytes(8) + body + tail
+
+
+def test_the_header_says_where_the_records_end() -> None:
+    body = record(17, text("first")) + record(21, struct.pack("<Q", 42))
+    # the window's zero fill after the last record: the file is whole
+    records, cut = rf.read_records(mapped(body))
+    assert records == [rf.Note("first"), rf.Thread(42)] and cut is None
+    # a record whose copy a kill cut short lies after the end: reading stops at the end and says so
+    torn = record(17, text("second"))[:9]
+    records, cut = rf.read_records(mapped(body, torn + bytes(100)))
+    assert records == [rf.Note("first"), rf.Thread(42)] and cut == len(HEADER) + len(body)
+    # a file shorter than its header says (copied while written): cut where it ends
+    data = mapped(body, b"")
+    records, cut = rf.read_records(data[:-3])
+    assert records == [rf.Note("first")] and cut is not None
+
+
+def test_hello_names_the_image_and_its_command_line() -> None:
+    argv = b"python\0prog.py\0second\0"
+    payload = struct.pack("<qqQ", 10, 1, 5) + text("/usr/bin/python") + struct.pack("<qI", 2, len(argv)) + argv
+    (hello,), _ = rf.read_records(HEADER + record(1, payload))
+    assert hello == rf.Hello(10, 1, 5, "/usr/bin/python", 2, ("python", "prog.py", "second"))
+
+
+def test_image_files_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    for name in ("capture.7.0.vzcap", "capture.5.0.vzcap", "capture.7.1.vzcap", "capture.9.10.vzcap",
+                 "capture.9.2.vzcap", "capture.x.0.vzcap", "notes.txt", "capture.5.vzcap"):
+        (tmp_path / name).write_bytes(b"")
+    # the program's own images first, in exec order, then the others by pid and image
+    assert [p.name for p in rf.image_files(tmp_path, program_pid=9)] == [
+        "capture.9.2.vzcap", "capture.9.10.vzcap", "capture.5.0.vzcap", "capture.7.0.vzcap", "capture.7.1.vzcap"]
+    assert rf.image_key("capture.7.1.vzcap") == (7, 1) and rf.image_key("capture.5.vzcap") is None

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from vizalloc.capture.build import CaptureError, check_platform, library_path
-from vizalloc.capture.launch import Finished, capture_pid, run_program
-from vizalloc.capture.rawfile import CaptureFormatError, read_records
+from vizalloc.capture.launch import Finished, run_program
+from vizalloc.capture.rawfile import CaptureFormatError, image_key, read_records
 from vizalloc.capture.replay import CaptureImportError, ComputeBuffer, Importer, ImportResult
 
 __all__ = [
@@ -75,15 +75,18 @@ def trace_program(argv: list[str], output: str | os.PathLike[str] | None = None,
         traces: list[tuple[Path, ImportResult]] = []
         program = os.path.basename(argv[0])
         for i, capture in enumerate(finished.captures):
-            pid = capture_pid(capture)
+            pid, image = image_key(capture) or (-1, 0)
+            name = f"{pid}.{image}" if image else f"{pid}"  # an exec'd image keeps the pid
             if output is None:
-                path = Path(f"vizalloc-{program}.{pid}.vztrace")
+                path = Path(f"vizalloc-{program}.{name}.vztrace")
             elif i == 0 and pid == finished.pid:
                 path = Path(output)
             else:
                 base = Path(output)
-                path = base.with_name(f"{base.stem}.{pid}{base.suffix or '.vztrace'}")
-            result = import_capture(capture, path, program=shlex.join(argv), force=force)
+                path = base.with_name(f"{base.stem}.{name}{base.suffix or '.vztrace'}")
+            # the program's own first image is the command line run; the others name themselves
+            own = i == 0 and pid == finished.pid and image == 0
+            result = import_capture(capture, path, program=shlex.join(argv) if own else "", force=force)
             traces.append((path, result))
         if not finished.captures:
             path = Path(output) if output is not None else Path(f"vizalloc-{program}.{finished.pid}.vztrace")
@@ -123,10 +126,9 @@ def _no_ggml_trace(argv: list[str], finished: Finished, path: Path, force: bool)
         note = (f"{argv[0]} has ggml linked in statically, so its calls cannot be seen from outside: vizalloc needs "
                 "ggml as a shared library (build ggml / llama.cpp with -DBUILD_SHARED_LIBS=ON)")
     elif finished.signal is not None:
-        # the capture writes its file at its first flush; a process killed before it leaves none
-        note = (f"{argv[0]} was killed by signal {finished.signal} before the capture wrote anything: it called no "
-                "ggml allocator, scheduler or buffer function, or did so less than 100 ms before it died without a "
-                "graph compute or plan ending")
+        # the capture creates its file with its first record: a process killed before it leaves none
+        note = (f"{argv[0]} was killed by signal {finished.signal} before it called any ggml allocator, scheduler or "
+                "buffer function")
     else:
         note = f"{argv[0]} never called ggml's allocator, scheduler or buffer functions (no ggml library was used)"
     result.notes.append(note)

@@ -3,8 +3,9 @@ else through, and hand back the program's exit status and its capture files.
 
 The program keeps its stdin, stdout and stderr (the terminal, a pipe, a file) and its
 environment, plus ``LD_PRELOAD`` (the capture library first), ``VIZALLOC_CAPTURE_DIR``
-(where each process that touches ggml writes ``capture.<pid>.vzcap``) and, for Python
-programs that call ggml through ctypes, the shim's directory first on ``PYTHONPATH``.
+(where each process image that touches ggml writes ``capture.<pid>.<image>.vzcap``, as
+``rawfile`` says) and, for Python programs that call ggml through ctypes, the shim's
+directory first on ``PYTHONPATH``.
 Ctrl-C reaches the program (it is in the terminal's foreground group); vizalloc waits for
 it and then imports what was captured.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vizalloc.capture.build import CaptureError, library_path
+from vizalloc.capture.rawfile import image_files, image_key
 
 #: The ggml functions interpose.c defines (tests/capture checks this against the source).
 HOOKED_SYMBOLS = (
@@ -92,15 +94,13 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
-    captures = sorted(Path(capture_dir).glob("capture.*.vzcap"), key=lambda p: capture_pid(p) != proc.pid)
+    captures = image_files(capture_dir, proc.pid)
     if code < 0:
         return Finished(128 - code, -code, proc.pid, captures)
     return Finished(code, None, proc.pid, captures)
 
 
 def capture_pid(path: Path) -> int:
-    """The process id in a capture file's name (``capture.<pid>.vzcap``), or -1."""
-    try:
-        return int(path.name.split(".")[1])
-    except (IndexError, ValueError):
-        return -1
+    """The process id in a capture file's name (``capture.<pid>.<image>.vzcap``), or -1."""
+    key = image_key(path)
+    return -1 if key is None else key[0]

@@ -16,14 +16,47 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+#: The ggml versions whose layout this is (the oldest and newest checked).
+SUPPORTED = ("0.15.3", "0.26.0")
+
 TENSOR_SIZE = 336
 MAX_DIMS = 4
 MAX_SRC = 10
 MAX_OP_PARAMS = 16  # int32 words (GGML_MAX_OP_PARAMS = 64 bytes)
 
-# type, buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src, view_offs, data,
-# name[64], extra (offsets 0, 8, 16, 48, 80, 84, 148, 152, 232, 240, 248, 256, 320)
-_STRUCT = struct.Struct("<i4xQ4q4Qi16ii10QQQQ64sQ8x")
+#: The one table of ``struct ggml_tensor``'s fields: name, byte offset, ``struct`` format.
+#: interpose.c's ``OFF_<NAME>`` defines are the same offsets (tests/capture/test_format.py).
+FIELDS: tuple[tuple[str, int, str], ...] = (
+    ("type", 0, "i"),
+    ("buffer", 8, "Q"),
+    ("ne", 16, "4q"),
+    ("nb", 48, "4Q"),
+    ("op", 80, "i"),
+    ("op_params", 84, "16i"),
+    ("flags", 148, "i"),
+    ("src", 152, "10Q"),
+    ("view_src", 232, "Q"),
+    ("view_offs", 240, "Q"),
+    ("data", 248, "Q"),
+    ("name", 256, "64s"),
+    ("extra", 320, "Q"),
+)
+
+
+def _struct_of(fields: tuple[tuple[str, int, str], ...], size: int) -> struct.Struct:
+    """The fields at their offsets, padding between (every gap is filled, none overlaps)."""
+    fmt, at = "<", 0
+    for name, offset, code in fields:
+        if offset < at:
+            raise ValueError(f"field {name} at {offset} overlaps the one before (ends at {at})")
+        fmt += f"{offset - at}x" if offset > at else ""
+        fmt += code
+        at = offset + struct.calcsize("<" + code)
+    fmt += f"{size - at}x" if size > at else ""
+    return struct.Struct(fmt)
+
+
+_STRUCT = _struct_of(FIELDS, TENSOR_SIZE)
 assert _STRUCT.size == TENSOR_SIZE
 
 

@@ -1,15 +1,28 @@
-"""The capture library's output: one ``capture.<pid>.vzcap`` file per process.
+"""The capture library's output: one file per process image, and its one reader.
 
-The file is what ``native/interpose.c`` writes, and this module is its one reader. After
-a 16-byte header (``VZCAPTURE``, format version), records follow back to back: a
-little-endian ``u16`` kind, two reserved bytes, a ``u32`` payload length, the payload.
-Integers are 8 bytes, strings a ``u32`` length and UTF-8 bytes (undecodable bytes are
-replaced, never trusted), tensors the raw bytes of ``struct ggml_tensor`` (decoded by
-``layout.py`` against the layout the capture checked). A process killed mid-write leaves
-a last record cut short: reading stops there and says where.
+**File names** (the convention ``launch.py`` and the importer rely on): the capture folder
+(``VIZALLOC_CAPTURE_DIR``) holds ``capture.<pid>.<image>.vzcap`` for every process image
+that called ggml. ``<image>`` is 0 for a process's first image and counts up with each
+``exec`` (an exec keeps the pid); a forked child is a new pid, image 0, with a complete
+capture of its own. ``image_files`` lists a folder's files in order (the program's own
+images first, in exec order, then every other process's, by pid and image);
+``image_key`` reads a name back.
+
+**Contents**: what ``native/interpose.c`` writes. A 32-byte header (``VZCAPTURE``, the
+format version, the ``u64`` length of the complete records, header included (0: the file's
+length), and 8 reserved bytes), then records back to back: a little-endian ``u16`` kind
+(``RecordKind``), two reserved bytes, a ``u32`` payload length, the payload. Integers are
+8 bytes, strings a ``u32`` length and UTF-8 bytes (undecodable bytes are replaced, never
+trusted), tensors the raw bytes of ``struct ggml_tensor`` (decoded by ``layout.py``
+against the layout the capture checked). The capture copies records into a memory map of
+the file, so a killed process leaves every record it completed; the bytes after the
+header's length are zero fill, or a record cut short by a kill in the middle of its copy
+(reading stops at the length and says the file was cut there). A ``Thread`` record says
+which thread the records after it come from.
 
     >>> from vizalloc.capture.rawfile import read_records
-    >>> records, cut_at = read_records(b"VZCAPTURE\\0\\0\\0\\1\\0\\0\\0")
+    >>> header = b"VZCAPTURE\\0\\0\\0\\2\\0\\0\\0" + (32).to_bytes(8, "little") + bytes(8)
+    >>> records, cut_at = read_records(header + bytes(4096))  # an empty capture, its window's zero fill
     >>> records, cut_at
     ([], None)
 """
@@ -17,20 +30,76 @@ a last record cut short: reading stops there and says where.
 from __future__ import annotations
 
 import enum
+import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from vizalloc.errors import TraceFormatError
 
 MAGIC = b"VZCAPTURE\0\0\0"
-FORMAT_VERSION = 1
-HEADER_SIZE = 16
-#: No record is longer than the capture's 1 MiB buffer.
+FORMAT_VERSION = 2
+HEADER_SIZE = 32
+#: No record is longer than the capture's 1 MiB scratch space (``SCRATCH_CAP``).
 MAX_RECORD = 1 << 20
 
 
 class CaptureFormatError(TraceFormatError):
     """A capture file is not one, or is damaged before its end (the message names the byte offset)."""
+
+
+# -- file names ------------------------------------------------------------------------
+
+def image_key(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(pid, image)`` of a capture file's name ``capture.<pid>.<image>.vzcap``, or None."""
+    parts = os.path.basename(path).split(".")
+    if len(parts) != 4 or parts[0] != "capture" or parts[3] != "vzcap":
+        return None
+    if not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[1]), int(parts[2])
+
+
+def image_files(folder: str | os.PathLike[str], program_pid: int | None = None) -> list[Path]:
+    """The capture files in ``folder``, in order: ``program_pid``'s images first (in the
+    order they were exec'd), then the other processes' (by pid, then image)."""
+    found = []
+    for entry in os.scandir(folder):
+        key = image_key(entry.name)
+        if key is not None:
+            found.append((key[0] != program_pid, key, Path(entry.path)))
+    return [path for *_, path in sorted(found)]
+
+
+# -- the format's tables: native/interpose.c has the same (tests/capture/test_format.py) --
+
+class RecordKind(enum.IntEnum):
+    """A record's kind (``R_*`` in interpose.c). A new kind is a member here with the next
+    number, ``R_<NAME>`` in interpose.c's enum, a record dataclass and its ``DECODERS``
+    entry; tests/capture/test_format.py fails until all of them agree."""
+
+    HELLO = 1
+    LIBRARY = 2
+    TYPE = 3
+    OP = 4
+    BUFT = 5
+    BUFFER = 6
+    BUFFER_FREE = 7
+    BUFFER_CLEAR = 8
+    BUFFER_USAGE = 9
+    TENSOR = 10
+    CALL = 11
+    RETURN = 12
+    PLACE = 13
+    GALLOC = 14
+    SCHED = 15
+    BYE = 16
+    NOTE = 17
+    ALLOC_SIZE = 18
+    BACKEND = 19
+    IO = 20
+    THREAD = 21
 
 
 class CallKind(enum.IntEnum):
@@ -50,6 +119,8 @@ class CallKind(enum.IntEnum):
     BACKEND_COMPUTE_ASYNC = 11
     SCHED_RESERVE_SIZE = 12
     SCHED_FREE = 13
+    BUFT_ALLOC_BUFFER = 14  # counted (Bye.counts), not recorded as a call
+    BUFFER_RESET = 15       # counted, not recorded as a call
     GRAPH_COMPUTE = 16
     GRAPH_COMPUTE_WITH_CTX = 17
     ALLOC_CTX_TENSORS = 18
@@ -74,6 +145,8 @@ _FUNCTIONS = {
     CallKind.BACKEND_COMPUTE_ASYNC: "ggml_backend_graph_compute_async",
     CallKind.SCHED_RESERVE_SIZE: "ggml_backend_sched_reserve_size",
     CallKind.SCHED_FREE: "ggml_backend_sched_free",
+    CallKind.BUFT_ALLOC_BUFFER: "ggml_backend_buft_alloc_buffer",
+    CallKind.BUFFER_RESET: "ggml_backend_buffer_reset",
     CallKind.GRAPH_COMPUTE: "ggml_graph_compute",
     CallKind.GRAPH_COMPUTE_WITH_CTX: "ggml_graph_compute_with_ctx",
     CallKind.ALLOC_CTX_TENSORS: "ggml_backend_alloc_ctx_tensors_from_buft",
@@ -90,10 +163,22 @@ CPU_COMPUTES = frozenset({CallKind.GRAPH_COMPUTE, CallKind.GRAPH_COMPUTE_WITH_CT
 
 @dataclass(frozen=True, slots=True)
 class Hello:
+    """A process image began (its file's first record): ``image`` counts the pid's execs,
+    ``argv`` is its command line."""
+
     pid: int
     ppid: int
     t_ns: int
     exe: str
+    image: int
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """The records after this one (up to the next ``Thread``) come from thread ``tid``."""
+
+    tid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +390,7 @@ class AllocSize:
     size: int
 
 
-Record = (Hello | Library | TypeInfo | OpInfo | BufferTypeInfo | BufferInfo | BufferFree | BufferClear
+Record = (Hello | Thread | Library | TypeInfo | OpInfo | BufferTypeInfo | BufferInfo | BufferFree | BufferClear
           | BufferUsage | TensorBytes | Call | Return | Place | GallocInfo | SchedInfo | Bye | Note | AllocSize
           | BackendInfo | TensorIo)
 
@@ -429,69 +514,96 @@ def _return(c: _Cursor) -> Return:
     return Return(call, kind_, result, t_ns, (), n_splits, c.u64s(c.count(m, 8)))
 
 
+def _place(c: _Cursor) -> Place:
+    call, pk, tensor, buffer, address, result = c.u64(), c.i64(), c.u64(), c.u64(), c.u64(), c.i64()
+    try:
+        return Place(call, PlaceKind(pk), tensor, buffer, address, result)
+    except ValueError:
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown placement kind {pk}") from None
+
+
+def _buffer(c: _Cursor) -> BufferInfo:
+    lib, buffer, buft, base, size, usage, how, owner, call = (c.i64(), c.u64(), c.u64(), c.u64(), c.u64(),
+                                                              c.i64(), c.i64(), c.u64(), c.u64())
+    return BufferInfo(lib, buffer, buft, base, size, usage, BufferHow(how & 7), owner, call)
+
+
+def _hello(c: _Cursor) -> Hello:
+    pid, ppid, t_ns, exe, image = c.i64(), c.i64(), c.u64(), c.text(), c.i64()
+    n = int.from_bytes(c.raw(4), "little")
+    argv = c.raw(c.count(n, 1)).rstrip(b"\0").split(b"\0") if n else []
+    return Hello(pid, ppid, t_ns, exe, image, tuple(a.decode("utf-8", "replace") for a in argv))
+
+
+def _op(c: _Cursor) -> OpInfo:
+    lib, family, op_id = c.i64(), c.i64(), c.i64()
+    if family not in (0, 1, 2):
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown op family {family}")
+    return OpInfo(lib, OpFamily(family), op_id, c.text())
+
+
+def _galloc(c: _Cursor) -> GallocInfo:
+    lib, galloc, parent, n = c.i64(), c.u64(), c.u64(), c.i64()
+    return GallocInfo(lib, galloc, parent, c.u64s(c.count(n, 8)))
+
+
+def _sched(c: _Cursor) -> SchedInfo:
+    lib, sched, call, n = c.i64(), c.u64(), c.u64(), c.i64()
+    backends = tuple(SchedBackend(c.u64(), c.u64(), c.text()) for _ in range(c.count(n, 20)))
+    return SchedInfo(lib, sched, call, backends)
+
+
+def _bye(c: _Cursor) -> Bye:
+    n = c.i64()
+    counts = c.u64s(c.count(n, 8))
+    objects = []
+    while c.left:
+        objects.append(c.text())
+    return Bye(counts, tuple(objects))
+
+
+def _io(c: _Cursor) -> TensorIo:
+    io, tensor, offset, size, source, call = c.i64(), c.u64(), c.u64(), c.u64(), c.u64(), c.u64()
+    if io not in (1, 2, 3, 4):
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown access kind {io}")
+    return TensorIo(IoKind(io), tensor, offset, size, source, call)
+
+
+_Decoder = Callable[[_Cursor, dict[int, _Pending]], "Record | None"]
+
+#: How each kind's payload is read: one entry per ``RecordKind`` (a test checks none is missing).
+DECODERS: dict[RecordKind, _Decoder] = {
+    RecordKind.HELLO: lambda c, _: _hello(c),
+    RecordKind.LIBRARY: lambda c, _: Library(c.i64(), c.i64(), c.u64(), c.i64(), c.text(), c.text(), c.text(),
+                                             c.text()),
+    RecordKind.TYPE: lambda c, _: TypeInfo(c.i64(), c.i64(), c.i64(), c.u64(), c.text()),
+    RecordKind.OP: lambda c, _: _op(c),
+    RecordKind.BUFT: lambda c, _: BufferTypeInfo(c.i64(), c.u64(), c.u64(), c.u64(), bool(c.i64()), c.text()),
+    RecordKind.BUFFER: lambda c, _: _buffer(c),
+    RecordKind.BUFFER_FREE: lambda c, _: BufferFree(c.u64(), c.u64()),
+    RecordKind.BUFFER_CLEAR: lambda c, _: BufferClear(c.u64(), c.i64()),
+    RecordKind.BUFFER_USAGE: lambda c, _: BufferUsage(c.u64(), c.i64()),
+    RecordKind.TENSOR: lambda c, _: TensorBytes(c.i64(), c.u64(), c.raw(c.left)),
+    RecordKind.CALL: _call,
+    RecordKind.RETURN: lambda c, _: _return(c),
+    RecordKind.PLACE: lambda c, _: _place(c),
+    RecordKind.GALLOC: lambda c, _: _galloc(c),
+    RecordKind.SCHED: lambda c, _: _sched(c),
+    RecordKind.BYE: lambda c, _: _bye(c),
+    RecordKind.NOTE: lambda c, _: Note(c.text()),
+    RecordKind.ALLOC_SIZE: lambda c, _: AllocSize(c.i64(), c.u64(), c.u64(), c.u64()),
+    RecordKind.BACKEND: lambda c, _: BackendInfo(c.i64(), c.u64(), c.text()),
+    RecordKind.IO: lambda c, _: _io(c),
+    RecordKind.THREAD: lambda c, _: Thread(c.u64()),
+}
+_BY_NUMBER: dict[int, _Decoder] = {int(k): f for k, f in DECODERS.items()}
+
+
 def _decode(kind: int, c: _Cursor, pending: dict[int, _Pending]) -> Record | None:
-    if kind == 10:
-        lib, address = c.i64(), c.u64()
-        return TensorBytes(lib, address, c.raw(c.left))
-    if kind == 13:
-        call, pk, tensor, buffer, address, result = c.u64(), c.i64(), c.u64(), c.u64(), c.u64(), c.i64()
-        try:
-            return Place(call, PlaceKind(pk), tensor, buffer, address, result)
-        except ValueError:
-            raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown placement kind {pk}") from None
-    if kind == 11:
-        return _call(c, pending)
-    if kind == 12:
-        return _return(c)
-    if kind == 6:
-        lib, buffer, buft, base, size, usage, how, owner, call = (c.i64(), c.u64(), c.u64(), c.u64(), c.u64(),
-                                                                  c.i64(), c.i64(), c.u64(), c.u64())
-        return BufferInfo(lib, buffer, buft, base, size, usage, BufferHow(how & 7), owner, call)
-    if kind == 1:
-        return Hello(c.i64(), c.i64(), c.u64(), c.text())
-    if kind == 2:
-        return Library(c.i64(), c.i64(), c.u64(), c.i64(), c.text(), c.text(), c.text(), c.text())
-    if kind == 3:
-        return TypeInfo(c.i64(), c.i64(), c.i64(), c.u64(), c.text())
-    if kind == 4:
-        lib, family, op_id = c.i64(), c.i64(), c.i64()
-        if family not in (0, 1, 2):
-            raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown op family {family}")
-        return OpInfo(lib, OpFamily(family), op_id, c.text())
-    if kind == 5:
-        return BufferTypeInfo(c.i64(), c.u64(), c.u64(), c.u64(), bool(c.i64()), c.text())
-    if kind == 7:
-        return BufferFree(c.u64(), c.u64())
-    if kind == 8:
-        return BufferClear(c.u64(), c.i64())
-    if kind == 9:
-        return BufferUsage(c.u64(), c.i64())
-    if kind == 14:
-        lib, galloc, parent, n = c.i64(), c.u64(), c.u64(), c.i64()
-        return GallocInfo(lib, galloc, parent, c.u64s(c.count(n, 8)))
-    if kind == 15:
-        lib, sched, call, n = c.i64(), c.u64(), c.u64(), c.i64()
-        backends = tuple(SchedBackend(c.u64(), c.u64(), c.text()) for _ in range(c.count(n, 20)))
-        return SchedInfo(lib, sched, call, backends)
-    if kind == 16:
-        n = c.i64()
-        counts = c.u64s(c.count(n, 8))
-        objects = []
-        while c.left:
-            objects.append(c.text())
-        return Bye(counts, tuple(objects))
-    if kind == 17:
-        return Note(c.text())
-    if kind == 18:
-        return AllocSize(c.i64(), c.u64(), c.u64(), c.u64())
-    if kind == 19:
-        return BackendInfo(c.i64(), c.u64(), c.text())
-    if kind == 20:
-        io, tensor, offset, size, source, call = c.i64(), c.u64(), c.u64(), c.u64(), c.u64(), c.u64()
-        if io not in (1, 2, 3, 4):
-            raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown access kind {io}")
-        return TensorIo(IoKind(io), tensor, offset, size, source, call)
-    raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown kind {kind}")
+    decoder = _BY_NUMBER.get(kind)
+    if decoder is None:
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown kind {kind}")
+    return decoder(c, pending)
 
 
 def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
@@ -500,15 +612,22 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
     Raises:
         CaptureFormatError: not a capture file, a newer format, or a damaged record.
     """
-    if len(data) < HEADER_SIZE or bytes(data[:12]) != MAGIC:
+    if len(data) < 16 or bytes(data[:12]) != MAGIC:
         raise CaptureFormatError("not a vizalloc capture file (no VZCAPTURE header at byte 0)")
     version = int.from_bytes(data[12:16], "little")
     if version != FORMAT_VERSION:
         raise CaptureFormatError(f"capture file format {version}; this vizalloc reads format {FORMAT_VERSION}")
+    if len(data) < HEADER_SIZE:
+        raise CaptureFormatError(f"capture file of {len(data)} bytes is shorter than its {HEADER_SIZE}-byte header")
     records: list[Record] = []
     pending: dict[int, _Pending] = {}
-    pos, end = HEADER_SIZE, len(data)
+    # the records end where the header says; what follows is zero fill, unless a kill cut a record's copy short
+    # (0: not said, as in a file written by other means than the capture's map: to the file's end)
+    claimed = int.from_bytes(data[16:24], "little") or len(data)
+    pos, end = HEADER_SIZE, min(len(data), max(claimed, HEADER_SIZE))
     cut_at: int | None = None
+    if claimed > len(data) or bytes(data[end:end + MAX_RECORD + 8]).strip(b"\0"):
+        cut_at = end
     while pos < end:
         if pos + 8 > end:
             cut_at = pos

@@ -34,13 +34,14 @@ it as ``incomplete-capture``.
 from __future__ import annotations
 
 import itertools
+import shlex
 import shutil
 import subprocess
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from vizalloc.capture import rawfile as rf
-from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode, name_length
+from vizalloc.capture.layout import SUPPORTED, TENSOR_SIZE, TensorStruct, decode, name_length
 from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator, TensorAllocator
@@ -159,6 +160,7 @@ class _OpenCall:
     inner: bool = False  # ggml-cpu's own compute inside a backend's: that compute's work
     #: ggml_backend_alloc_ctx_tensors_from_buft: the tensor allocator replayed on each new buffer
     tallocs: dict[int, TensorAllocator] = field(default_factory=dict)
+    compute_id: int = -1  # the compute it began (a backend's async compute)
 
 
 @dataclass
@@ -209,10 +211,12 @@ class Importer:
         self._early_scheds: set[int] = set()         # given an id by a reset before their record
         self.backends: dict[int, str] = {}
         self.graphs: dict[int, tuple[tuple[int, ...], tuple[int, ...], Graph]] = {}
-        self.stack: list[_OpenCall] = []
+        self.stack: list[_OpenCall] = []             # the open calls of the thread whose records these are
+        self._stacks: dict[int, list[_OpenCall]] = {0: self.stack}  # by thread id (rf.Thread)
+        self._locs: dict[int, ev.Location | None] = {}
+        self._tid = 0
         self.dirty: dict[int, None] = {}             # tensors whose memory must be synced
         self.now = 0
-        self._open_compute = -1
         self.loc: ev.Location | None = None
         self.sites: dict[str, str] = demangle({r.site.split("\t", 1)[-1] for r in records if isinstance(r, rf.Call)})
         self._unknown_memory: dict[int, Buffer] = {}
@@ -233,7 +237,7 @@ class Importer:
             rf.BufferClear: self._buffer_clear, rf.BufferUsage: self._buffer_usage, rf.TensorBytes: self._tensor,
             rf.Call: self._call, rf.Return: self._return, rf.Place: self._place, rf.GallocInfo: self._galloc,
             rf.SchedInfo: self._sched, rf.Bye: self._bye, rf.Note: self._note, rf.AllocSize: self._alloc_size,
-            rf.BackendInfo: self._backend, rf.TensorIo: self._io,
+            rf.BackendInfo: self._backend, rf.TensorIo: self._io, rf.Thread: self._thread,
         }
         with recorder.replaying(lambda: self.now, lambda: self.loc):
             index = 0
@@ -304,8 +308,17 @@ class Importer:
     # -- process and library -------------------------------------------------------------
     def _hello(self, r: rf.Hello) -> None:
         self.result.pid = r.pid
-        self.result.program = self.result.program or r.exe
+        if not self.result.program:
+            program = shlex.join(r.argv) if r.argv else r.exe
+            self.result.program = f"{program} (image {r.image} of pid {r.pid}, after exec)" if r.image else program
         self.now = r.t_ns
+
+    def _thread(self, r: rf.Thread) -> None:
+        """The records that follow come from thread ``r.tid``: its own open calls and call site."""
+        self._locs[self._tid] = self.loc
+        self._tid = r.tid
+        self.stack = self._stacks.setdefault(r.tid, [])
+        self.loc = self._locs.get(r.tid)
 
     def _library(self, r: rf.Library) -> None:
         if r.lib in self.libs and self.libs[r.lib].status == r.status:
@@ -314,7 +327,7 @@ class Importer:
         self.result.libraries.append(r)
         if r.status < 0:
             note = (f"ggml {r.version} at {r.path} was not read: {r.reason} (vizalloc reads the layout of "
-                    "ggml 0.15.3 to 0.26.0)")
+                    f"ggml {SUPPORTED[0]} to {SUPPORTED[1]})")
             self.result.notes.append(note)
             recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
             # nothing this ggml does is recorded from here on: the trace cannot speak for it
@@ -808,7 +821,7 @@ class Importer:
                 nodes = tuple(self._mirror_of(a, "a split node").id for a in r.nodes)
                 recorder.emit(ev.SchedSplit, self.scheds.get(sched.call.obj, -1), self._graph(sched.call).id,
                               sched.computes, backend, nodes, ())
-            self._compute(r, backend)
+            open_.compute_id = self._compute(r, backend)
             for outer in self.stack:
                 outer.computes += 1
         elif kind == rf.CallKind.SCHED_RESET:
@@ -872,7 +885,7 @@ class Importer:
         if open_.replayed and self.dirty:
             self._sync_dirty()
         if r.kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
-            recorder.emit(ev.ComputeEnd, self._open_compute, r.t_ns - open_.call.t_ns)
+            recorder.emit(ev.ComputeEnd, open_.compute_id, r.t_ns - open_.call.t_ns)
         elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0 and not open_.inner:
             # a synchronous or scheduler compute whose backend computes were not seen (they
             # ran inside ggml without a call we could interpose), or ggml-cpu's own compute
@@ -915,10 +928,9 @@ class Importer:
             self._buffer_sizes[id(ga)] = [ComputeBuffer(buft.name, size, None)
                                           for buft, size in zip(ga.bufts, open_.sizes)]
 
-    def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> None:
+    def _compute(self, call: rf.Call, backend: str, end_ns: int | None = None) -> int:
         graph = self._graph(call)
         compute_id = next(self._compute_ids)
-        self._open_compute = compute_id
         self.result.computes += 1
         recorder.emit(ev.ComputeBegin, compute_id, graph.id, backend, len(graph.nodes))
         for index, t in enumerate(graph.nodes):
@@ -928,6 +940,7 @@ class Importer:
             recorder.emit(ev.NodeCompute, compute_id, index, t.id, backend, reads, 0)
         if end_ns is not None:
             recorder.emit(ev.ComputeEnd, compute_id, end_ns - call.t_ns)
+        return compute_id
 
     def _mismatch(self, what: str, tensor_id: int, observed: str, replayed: str, call: _OpenCall) -> None:
         self.result.mismatches += 1

@@ -132,8 +132,8 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
            if finished.signal is not None else f"exit code {finished.exit_code}")
     err.write(f"vizalloc run: {argv[0]} ended ({how})\n")
     if finished.signal == signal.SIGKILL and finished.captures:
-        err.write("  SIGKILL reaches no handler: the trace holds what the capture had written by then (it writes at the "
-                  "end of every graph compute and plan, and every 100 ms)\n")
+        err.write("  SIGKILL reaches no handler: the trace holds every record the capture had made by then (it copies "
+                  "each into a memory map of its file)\n")
     code = finished.exit_code
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {path}\n")

@@ -15,9 +15,16 @@
  * and the names ggml itself gives to types and ops. Interpretation of the bytes happens
  * in Python against a layout that this file checks with ggml's own accessors first.
  *
- * Durability: records go to a memory buffer that is written out at the end of every graph
- * compute and plan, whenever 100 ms have passed, when it fills, at exit, and from fatal
- * signal handlers; a SIGKILL loses at most what came after the last of these.
+ * Durability: records are copied into a shared memory map of the capture file (see
+ * "output"): what was recorded survives a SIGKILL, a crash and an exec, and no signal
+ * handler is installed.
+ *
+ * Processes: each process image writes its own file, capture.<pid>.<image>.vzcap (image 0,
+ * then 1, 2, ... after each exec); a forked child starts a complete capture of its own,
+ * describing again whatever the parent had described (libraries, graph allocators,
+ * schedulers, and lazily every buffer type, buffer, tensor, type and op it meets). Records
+ * name the thread they come from (R_THREAD before a change of thread), and each thread
+ * keeps its own call stack (t_call, and the saved values in each hook's frame).
  *
  * Nothing here may change the program's results: every hook forwards its arguments
  * untouched and returns the real function's result; recording failures disable recording.
@@ -29,13 +36,16 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +53,8 @@
 #define VZ_LOCAL static
 
 /* ------------------------------------------------------------------------------------ */
-/* record kinds: keep in sync with vizalloc/capture/rawfile.py                          */
+/* record kinds, call kinds, placement and access kinds: rawfile.RecordKind, CallKind,    */
+/* PlaceKind and IoKind are the same table (tests/capture/test_format.py compares them)  */
 
 enum {
     R_HELLO = 1,        /* pid, ppid, t_ns, exe path */
@@ -66,6 +77,7 @@ enum {
     R_ALLOC_SIZE = 18,  /* lib, buft, tensor, alloc size (only where it differs from ggml_nbytes) */
     R_BACKEND = 19,     /* lib, backend, name */
     R_IO = 20,          /* kind (set, get, memset, copy), tensor, offset, size, source tensor (copy) */
+    R_THREAD = 21,      /* thread id: the records that follow come from that thread */
 };
 
 enum {
@@ -93,7 +105,8 @@ enum { PLACE_TENSOR_ALLOC = 1, PLACE_VIEW_INIT = 2 };
 enum { IO_SET = 1, IO_GET = 2, IO_MEMSET = 3, IO_COPY = 4 };
 
 /* ------------------------------------------------------------------------------------ */
-/* the tensor and graph layouts this file knows (ggml 0.15.3 ... 0.26.0: identical)      */
+/* the tensor and graph layouts this file knows (ggml 0.15.3 ... 0.26.0: identical);      */
+/* layout.FIELDS is the same table (tests/capture/test_format.py compares them)          */
 
 #define TENSOR_SIZE_KNOWN 336
 #define OFF_TYPE 0
@@ -196,31 +209,62 @@ typedef struct {
     ptr (*sched_get_backend)(ptr, int);
     ptr (*sched_get_tensor_backend)(ptr, ptr);
     ptr (*sched_get_buffer_type)(ptr, ptr);
-    /* names already written */
+    size_t tensor_struct_size; /* struct ggml_tensor's size when not the known one (another GGML_MAX_NAME) */
+    void *real_alloc_ctx_tensors; /* ggml_backend_alloc_ctx_tensors_from_buft, found on first use */
+    char reason[256]; /* why it was refused (status -1) */
+    int noted_range;  /* a type or op id outside the tables below was noted (once) */
+    /* names already written (in this image) */
     unsigned char type_seen[256];
     unsigned char op_seen[3][256];
 } ggml_lib;
 
-#define MAX_LIBS 8
-VZ_LOCAL ggml_lib g_libs[MAX_LIBS];
-VZ_LOCAL int g_n_libs;
+/* every ggml found, never freed (call sites keep pointers to them) */
+VZ_LOCAL ggml_lib **g_libs;
+VZ_LOCAL int g_n_libs, g_libs_cap;
 VZ_LOCAL pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ------------------------------------------------------------------------------------ */
-/* output                                                                               */
+/* output: one file per process image, written through a memory map                      */
 
-#define BUF_CAP (1u << 20)
-VZ_LOCAL char g_buf[BUF_CAP];
-VZ_LOCAL size_t g_len;
+/* Records are copied straight into a shared mapping of the capture file, and the header's
+ * `end` field (the length of the complete records) is stored after each one. What was
+ * written is in the page cache the moment it is copied: a SIGKILL, a crash or an exec
+ * loses nothing, so no signal handler has to write. The file grows a window at a time;
+ * the reader stops at `end` (bytes after it are a window's zero fill, or a record cut
+ * short by a kill mid-copy). Measured against the buffer this replaced (written out at
+ * every compute's end and every 100 ms): a placement costs more (a page fault per 4 KiB
+ * of records instead of a write per MiB), and a SIGKILL loses nothing instead of up to
+ * 100 ms of records (benchmarks/capture_overhead.py; the figures are in the commit). */
+#define FORMAT_VERSION 2
+#define HEADER_SIZE 32
+#define WINDOW (64ul << 20) /* the largest window */
+#define SCRATCH_CAP (1u << 20) /* the longest record (rawfile.MAX_RECORD) */
+/* the capture's descriptor sits at or above this number, out of the way of a program
+ * that expects the lowest free numbers (dup2 onto 0..9, or the first open after a close) */
+#define FD_FLOOR 900
+
 VZ_LOCAL int g_fd = -1;
+VZ_LOCAL dev_t g_dev;
+VZ_LOCAL ino_t g_ino;
+VZ_LOCAL char g_dir[PATH_MAX]; /* VIZALLOC_CAPTURE_DIR, read at start-up */
+VZ_LOCAL char g_path[PATH_MAX];
 VZ_LOCAL int g_disabled;
 VZ_LOCAL pid_t g_pid;
-VZ_LOCAL uint64_t g_last_flush_ns;
+VZ_LOCAL int g_image;            /* this image's number among its pid's images (after exec: 1, 2, ...) */
+VZ_LOCAL uint64_t *g_head;       /* the header, mapped for as long as the file is open */
+VZ_LOCAL char *g_win;            /* the window records are copied into */
+VZ_LOCAL uint64_t g_win_off, g_win_len, g_file_len;
+VZ_LOCAL uint64_t g_end;         /* the file offset after the last complete record */
+VZ_LOCAL int g_reopened;         /* the program closed (or reused) the capture's descriptor: say so */
+VZ_LOCAL int g_opened;           /* this image's file was created */
+VZ_LOCAL uint64_t g_generation = 1; /* which image's descriptions the "already written" marks belong to */
 VZ_LOCAL uint64_t g_next_call = 1;
 VZ_LOCAL uint64_t g_counts[32];
+VZ_LOCAL uint64_t g_last_tid;    /* the thread the last record came from */
 VZ_LOCAL __thread uint64_t t_call;  /* innermost open call of this thread */
 VZ_LOCAL __thread ptr t_galloc;     /* the graph allocator whose call is running */
 VZ_LOCAL __thread int t_inside;     /* >0 while this thread is inside our own code */
+VZ_LOCAL __thread uint64_t t_tid;   /* this thread's id (gettid), 0 until asked */
 
 VZ_LOCAL uint64_t now_ns(void) {
     struct timespec ts;
@@ -228,58 +272,156 @@ VZ_LOCAL uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-VZ_LOCAL uint64_t coarse_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+VZ_LOCAL uint64_t thread_id(void) {
+    if (t_tid == 0) t_tid = (uint64_t)syscall(SYS_gettid);
+    return t_tid;
 }
 
-VZ_LOCAL void write_all(int fd, const char *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            g_disabled = 1; /* disk full or closed: stop recording, keep the program running */
-            return;
-        }
-        p += w;
-        n -= (size_t)w;
+/* `s` + decimal `v`: no snprintf, so the fork child's handler may build a name */
+VZ_LOCAL char *put_dec(char *s, char *end, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do tmp[n++] = (char)('0' + v % 10); while ((v /= 10) && n < 24);
+    while (n && s < end) *s++ = tmp[--n];
+    return s;
+}
+
+VZ_LOCAL int image_path(char *out, size_t cap, int image) {
+    char *p = out, *end = out + cap - 1;
+    size_t n = strnlen(g_dir, sizeof g_dir);
+    static const char stem[] = "/capture.", ext[] = ".vzcap";
+    if (n + sizeof stem + sizeof ext + 48 > cap) return 0;
+    memcpy(p, g_dir, n);
+    p += n;
+    memcpy(p, stem, sizeof stem - 1);
+    p += sizeof stem - 1;
+    p = put_dec(p, end, (uint64_t)g_pid);
+    *p++ = '.';
+    p = put_dec(p, end, (uint64_t)image);
+    memcpy(p, ext, sizeof ext); /* with its NUL */
+    return 1;
+}
+
+VZ_LOCAL int high_fd(int fd) {
+    int floor = FD_FLOOR;
+    struct rlimit rl; /* under a low limit on descriptors, as high as it allows */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < FD_FLOOR + 64)
+        floor = rl.rlim_cur > 64 ? (int)rl.rlim_cur - 32 : fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (hi < 0) return fd; /* a low limit on descriptors: keep the one we have */
+    close(fd);
+    return hi;
+}
+
+VZ_LOCAL int same_file(int fd) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == g_dev && st.st_ino == g_ino;
+}
+
+/* Before the descriptor is used: it must still be the capture's own file. A program that
+ * closed it (closing every descriptor it did not open) or got its number back for a file
+ * of its own does not see it written to: the capture opens its file again by path (never
+ * creating one: a file that is not the one it made is left alone and recording stops). */
+VZ_LOCAL int own_fd(void) {
+    if (same_file(g_fd)) return 1;
+    g_fd = -1; /* not ours any more: never closed, the program may be using the number */
+    int fd = open(g_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    if (!same_file(fd)) {
+        close(fd);
+        return 0;
     }
+    g_fd = high_fd(fd);
+    g_reopened++;
+    return 1;
 }
 
-VZ_LOCAL void open_output(void);
+VZ_LOCAL void stop_recording(void) { g_disabled = 1; }
 
-/* called with g_lock held (or from a signal handler, where a torn last record is possible
- * and the reader stops at it) */
-VZ_LOCAL void flush_locked(void) {
-    if (g_len == 0) return;
-    if (g_fd < 0) open_output();
-    if (g_fd >= 0) write_all(g_fd, g_buf, g_len);
-    g_len = 0;
-    g_last_flush_ns = coarse_ns();
+VZ_LOCAL int map_window(uint64_t need) {
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t off = g_end & ~(uint64_t)(page - 1);
+    /* windows double from 1 MiB to WINDOW: a small capture stays a small file, and a big
+     * one is remapped rarely */
+    uint64_t len = g_win_len ? 2 * g_win_len : (1ul << 20);
+    if (len > WINDOW) len = WINDOW;
+    while (off + len < g_end + need) len += WINDOW;
+    if (!own_fd()) return 0;
+    if (off + len > g_file_len) {
+        /* the blocks are reserved now: a write into a hole of a full disk would be a SIGBUS
+         * in the program, a failed fallocate only stops recording */
+        if (fallocate(g_fd, 0, (off_t)g_file_len, (off_t)(off + len - g_file_len)) != 0 &&
+            (errno != EOPNOTSUPP || ftruncate(g_fd, (off_t)(off + len)) != 0))
+            return 0;
+        g_file_len = off + len;
+    }
+    void *w = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, (off_t)off);
+    if (w == MAP_FAILED) return 0;
+    if (g_win) munmap(g_win, g_win_len);
+    g_win = w;
+    g_win_off = off;
+    g_win_len = len;
+    return 1;
 }
 
 VZ_LOCAL void open_output(void) {
     if (g_fd >= 0 || g_disabled) return;
-    const char *dir = getenv("VIZALLOC_CAPTURE_DIR");
-    if (dir == NULL || dir[0] == '\0') {
-        g_disabled = 1;
+    if (g_dir[0] == '\0' || g_opened) { /* once per image: a lost file is not replaced by a new one */
+        stop_recording();
         return;
     }
-    char path[PATH_MAX];
-    g_pid = getpid();
-    if (snprintf(path, sizeof path, "%s/capture.%d.vzcap", dir, (int)g_pid) >= (int)sizeof path) {
-        g_disabled = 1;
-        return;
+    /* one file per image: an exec'd program (same pid) takes the next free number */
+    g_opened = 1;
+    int fd = -1;
+    for (int image = 0; image < 100000 && fd < 0; image++) {
+        if (!image_path(g_path, sizeof g_path, image)) break;
+        fd = open(g_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+        g_image = image;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        g_disabled = 1;
+        stop_recording();
         return;
     }
-    g_fd = fd;
-    static const char magic[16] = "VZCAPTURE\0\0\0\1\0\0\0"; /* name, format version 1 */
-    write_all(fd, magic, sizeof magic);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        stop_recording();
+        return;
+    }
+    g_dev = st.st_dev;
+    g_ino = st.st_ino;
+    g_fd = high_fd(fd);
+    g_file_len = 0;
+    g_end = 0;
+    if (!map_window(HEADER_SIZE)) {
+        stop_recording();
+        return;
+    }
+    void *h = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, g_fd, 0);
+    if (h == MAP_FAILED) {
+        stop_recording();
+        return;
+    }
+    g_head = h;
+    static const char magic[16] = "VZCAPTURE\0\0\0\2\0\0\0"; /* name, FORMAT_VERSION */
+    memcpy(g_head, magic, sizeof magic);
+    g_end = HEADER_SIZE;
+    __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
+}
+
+/* One record's bytes into the file: copied, then counted in the header's end. */
+VZ_LOCAL void emit(const char *p, size_t n) {
+    if (g_disabled) return;
+    if (g_fd < 0) open_output();
+    if (g_disabled) return;
+    if (g_end + n > g_win_off + g_win_len && !map_window(n)) {
+        stop_recording();
+        return;
+    }
+    memcpy(g_win + (g_end - g_win_off), p, n);
+    g_end += n;
+    __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
 }
 
 /* A record: u16 kind, u16 reserved, u32 payload length, payload. */
@@ -290,7 +432,7 @@ typedef struct {
     int ok;
 } rec;
 
-VZ_LOCAL char g_scratch[BUF_CAP];
+VZ_LOCAL char g_scratch[SCRATCH_CAP];
 
 VZ_LOCAL void rec_begin_in(rec *r, int kind, char *buf, size_t cap) {
     r->p = buf;
@@ -316,42 +458,105 @@ VZ_LOCAL void rec_put(rec *r, const void *data, size_t n) {
 VZ_LOCAL void rec_u64(rec *r, uint64_t v) { rec_put(r, &v, 8); }
 VZ_LOCAL void rec_i64(rec *r, int64_t v) { rec_put(r, &v, 8); }
 VZ_LOCAL void rec_ptr(rec *r, const void *v) { rec_u64(r, (uint64_t)(uintptr_t)v); }
+/* names cut since the last record (a note after it says so) */
+VZ_LOCAL int g_cut_names;
+
 VZ_LOCAL void rec_str(rec *r, const char *s) {
-    uint32_t n = s ? (uint32_t)strnlen(s, 4096) : 0;
+    uint32_t n = s ? (uint32_t)strnlen(s, 4097) : 0;
+    if (n > 4096) {
+        n = 4096;
+        g_cut_names++;
+    }
     rec_put(r, &n, 4);
     if (n) rec_put(r, s, n);
 }
 
-/* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
- * parts by the caller (see put_graph), so a record never needs more than BUF_CAP. */
-VZ_LOCAL void put_hello(void);
-VZ_LOCAL int g_said_hello;
-
-VZ_LOCAL void rec_end(rec *r) {
-    if (!r->ok || g_disabled) return;
-    if (!g_said_hello) {
-        /* the process record comes first, whatever is written first (the scratch space
-         * holds this record: write the hello straight into the output buffer) */
-        g_said_hello = 1;
-        put_hello();
-    }
+VZ_LOCAL void rec_seal(rec *r) {
     uint32_t payload = (uint32_t)(r->len - 8);
     memcpy(r->p + 4, &payload, 4);
-    if (g_len + r->len > BUF_CAP) flush_locked();
-    if (r->len > BUF_CAP) return; /* cannot happen: scratch is BUF_CAP */
-    memcpy(g_buf + g_len, r->p, r->len);
-    g_len += r->len;
-    if (coarse_ns() - g_last_flush_ns > 100000000ull) flush_locked();
+}
+
+VZ_LOCAL void start_image(void);
+VZ_LOCAL void note_text(const char *text);
+VZ_LOCAL int g_said_hello;
+
+/* Large records (graphs of 100k nodes) may exceed the scratch space: they are written in
+ * parts by the caller (see put_call), so a record never needs more than SCRATCH_CAP. */
+VZ_LOCAL void rec_end(rec *r) {
+    if (g_disabled) return;
+    if (!r->ok) {
+        uint16_t kind;
+        memcpy(&kind, r->p, 2);
+        char text[160];
+        snprintf(text, sizeof text, "a record of kind %d was larger than the capture's %u-byte record limit and "
+                 "was not written", kind, SCRATCH_CAP);
+        note_text(text);
+        return;
+    }
+    if (!g_said_hello) {
+        /* the image's first records, whatever is written first; they are built in the
+         * scratch space too, so a record waiting there is kept aside meanwhile */
+        g_said_hello = 1;
+        char *kept = r->p == g_scratch ? malloc(r->len) : NULL;
+        if (r->p == g_scratch && kept == NULL) {
+            stop_recording();
+            return;
+        }
+        if (kept) memcpy(kept, r->p, r->len);
+        start_image();
+        if (kept) {
+            memcpy(g_scratch, kept, r->len);
+            free(kept);
+        }
+    }
+    uint64_t tid = thread_id();
+    if (tid != g_last_tid) {
+        /* the records after this one come from thread `tid` (until the next such record) */
+        char buf[16];
+        rec t;
+        rec_begin_in(&t, R_THREAD, buf, sizeof buf);
+        rec_u64(&t, tid);
+        rec_seal(&t);
+        emit(t.p, t.len);
+        g_last_tid = tid;
+    }
+    rec_seal(r);
+    emit(r->p, r->len);
+    if (g_cut_names) {
+        g_cut_names = 0;
+        note_text("a name (of a library, buffer type, backend or call site) was longer than the capture keeps "
+                  "and was cut");
+    }
+    if (g_reopened) {
+        g_reopened = 0;
+        note_text("the program closed the capture's file descriptor (or gave its number to a file of its own); "
+                  "the capture opened its file again and wrote nothing into the program's files. No record was "
+                  "lost: records are copied into a memory map of the capture file, which outlives the descriptor");
+    }
+}
+
+VZ_LOCAL void note_text(const char *text) {
+    char buf[4200];
+    rec r;
+    rec_begin_in(&r, R_NOTE, buf, sizeof buf);
+    rec_str(&r, text);
+    rec_end(&r);
 }
 
 VZ_LOCAL void note(const char *fmt, const char *a, const char *b) {
     char text[4096];
     snprintf(text, sizeof text, fmt, a ? a : "", b ? b : "");
-    rec r;
-    rec_begin(&r, R_NOTE);
-    rec_str(&r, text);
-    rec_end(&r);
+    note_text(text);
 }
+
+/* Recording from a hook: under the lock, and with this thread marked as inside the
+ * capture so the ggml functions the capture itself calls are not recorded. The body must
+ * not return or break out. */
+#define RECORDING for (int once_ = (pthread_mutex_lock(&g_lock), t_inside++, 1); once_; \
+                       once_ = (t_inside--, pthread_mutex_unlock(&g_lock), 0))
+/* a real ggml function that calls other hooked ones, recorded as one call */
+#define UNRECORDED for (int once_ = (t_inside++, 1); once_; once_ = (t_inside--, 0))
+
 
 /* ------------------------------------------------------------------------------------ */
 /* finding the real functions                                                           */
@@ -477,17 +682,27 @@ VZ_LOCAL void check_layout(ggml_lib *L);
 
 VZ_LOCAL ggml_lib *add_lib(void *handle, const char *path) {
     for (int i = 0; i < g_n_libs; i++) {
-        if (strcmp(g_libs[i].path, path) == 0) {
+        if (strcmp(g_libs[i]->path, path) == 0) {
             dlclose(handle);
-            return &g_libs[i];
+            return g_libs[i];
         }
     }
-    if (g_n_libs >= MAX_LIBS) {
+    if (g_n_libs == g_libs_cap) {
+        int cap = g_libs_cap ? 2 * g_libs_cap : 8;
+        ggml_lib **n = realloc(g_libs, (size_t)cap * sizeof *n);
+        if (n == NULL) {
+            dlclose(handle);
+            return NULL;
+        }
+        g_libs = n;
+        g_libs_cap = cap;
+    }
+    ggml_lib *L = calloc(1, sizeof *L);
+    if (L == NULL) {
         dlclose(handle);
         return NULL;
     }
-    ggml_lib *L = &g_libs[g_n_libs];
-    memset(L, 0, sizeof *L);
+    g_libs[g_n_libs] = L;
     L->id = g_n_libs;
     L->handle = handle;
     snprintf(L->path, sizeof L->path, "%s", path);
@@ -513,7 +728,7 @@ VZ_LOCAL ggml_lib *lib_of_symbol(void *sym) {
     Dl_info di;
     if (sym == NULL || !dladdr(sym, &di) || di.dli_fbase == self_base() || di.dli_fname == NULL) return NULL;
     for (int i = 0; i < g_n_libs; i++)
-        if (g_libs[i].base == di.dli_fbase) return &g_libs[i];
+        if (g_libs[i]->base == di.dli_fbase) return g_libs[i];
     void *h = dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
     if (h == NULL) return NULL;
     return add_lib(h, di.dli_fname);
@@ -552,11 +767,11 @@ VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
     if (g_n_libs == 0) discover(symbol);
     ggml_lib *found = NULL;
     for (int i = 0; i < g_n_libs && caller && !found; i++)
-        if (g_libs[i].lo <= (uintptr_t)caller && (uintptr_t)caller < g_libs[i].hi) found = &g_libs[i];
+        if (g_libs[i]->lo <= (uintptr_t)caller && (uintptr_t)caller < g_libs[i]->hi) found = g_libs[i];
     Dl_info ci;
     if (!found && caller && dladdr(caller, &ci)) {
         for (int i = 0; i < g_n_libs && !found; i++)
-            if (g_libs[i].base == ci.dli_fbase) found = &g_libs[i];
+            if (g_libs[i]->base == ci.dli_fbase) found = g_libs[i];
         if (!found && ci.dli_fname && ci.dli_fbase != self_base()) {
             void *h = dlopen(ci.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
             if (h) {
@@ -566,7 +781,7 @@ VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
         }
     }
     if (!found && g_n_libs == 0) discover(symbol);
-    if (!found && g_n_libs > 0) found = &g_libs[0];
+    if (!found && g_n_libs > 0) found = g_libs[0];
     if (found && caller) {
         g_sites[slot].site = caller;
         g_sites[slot].lib = found;
@@ -579,8 +794,10 @@ VZ_LOCAL ggml_lib *lib_for(const char *symbol, void *caller) {
 /* layout check and the records that describe things                                    */
 
 VZ_LOCAL void put_library(ggml_lib *L, const char *reason) {
+    if (reason != L->reason) snprintf(L->reason, sizeof L->reason, "%s", reason);
+    char buf[5 * 4096 + 64]; /* not the scratch space: a fork child describes its libraries from inside rec_end */
     rec r;
-    rec_begin(&r, R_LIBRARY);
+    rec_begin_in(&r, R_LIBRARY, buf, sizeof buf);
     rec_i64(&r, L->id);
     rec_i64(&r, L->status);
     rec_u64(&r, L->tensor_overhead ? L->tensor_overhead() - GGML_OBJECT_SIZE : 0);
@@ -595,7 +812,6 @@ VZ_LOCAL void put_library(ggml_lib *L, const char *reason) {
 /* The size of struct ggml_tensor in each library (0: the known 336 bytes). ggml built with
  * another GGML_MAX_NAME has the same fields at the same offsets up to the name, then the
  * name, then extra and 8 bytes of padding: its size says how long the name is. */
-VZ_LOCAL size_t g_tensor_size[MAX_LIBS];
 #define NAME_TAIL 16 /* extra and padding after the name */
 
 VZ_LOCAL int name_fits(size_t size) {
@@ -603,7 +819,7 @@ VZ_LOCAL int name_fits(size_t size) {
            size - OFF_NAME - NAME_TAIL <= 4096;
 }
 
-VZ_LOCAL size_t tensor_size(const ggml_lib *L) { return g_tensor_size[L->id] ? g_tensor_size[L->id] : TENSOR_SIZE_KNOWN; }
+VZ_LOCAL size_t tensor_size(const ggml_lib *L) { return L->tensor_struct_size ? L->tensor_struct_size : TENSOR_SIZE_KNOWN; }
 
 /* What the capture compares to see whether a tensor changed (TENSOR_SIZE_KNOWN bytes): the
  * fields before the name, the name's first 64 bytes, extra and padding. */
@@ -641,7 +857,7 @@ VZ_LOCAL void check_layout(ggml_lib *L) {
     if (size != TENSOR_SIZE_KNOWN && name_fits(size)) {
         /* ggml built with another GGML_MAX_NAME: the same fields, a longer or shorter name
          * (the first tensor confirms where the name is) */
-        g_tensor_size[L->id] = size;
+        L->tensor_struct_size = size;
     } else if (size != TENSOR_SIZE_KNOWN) {
         L->status = -1;
         char why[256];
@@ -711,7 +927,14 @@ VZ_LOCAL int graph_layout_ok(ggml_lib *L, void *g) {
 }
 
 VZ_LOCAL void put_type(ggml_lib *L, int type) {
-    if (type < 0 || type > 255 || L->type_seen[type]) return;
+    if (type < 0 || type > 255) {
+        if (L->noted_range++) return;
+        char what[32];
+        snprintf(what, sizeof what, "%d", type);
+        note("a tensor has type id %s, outside 0..255: its type was not described%s", what, "");
+        return;
+    }
+    if (L->type_seen[type]) return;
     L->type_seen[type] = 1;
     rec r;
     rec_begin(&r, R_TYPE);
@@ -724,7 +947,15 @@ VZ_LOCAL void put_type(ggml_lib *L, int type) {
 }
 
 VZ_LOCAL void put_op(ggml_lib *L, int family, int id) {
-    if (id < 0 || id > 255 || L->op_seen[family][id]) return;
+    if (id < 0 || id > 255) {
+        if (L->noted_range++) return;
+        char what[32];
+        snprintf(what, sizeof what, "%d", id);
+        note("a tensor has op id %s (family %s), outside 0..255: its op was not described", what,
+             family == 0 ? "op" : family == 1 ? "unary" : "glu");
+        return;
+    }
+    if (L->op_seen[family][id]) return;
     const char *name = NULL;
     if (family == 0) name = L->op_name(id);
     else if (family == 1 && L->unary_op_name) name = L->unary_op_name(id);
@@ -748,6 +979,8 @@ VZ_LOCAL void put_op(ggml_lib *L, int family, int id) {
 typedef struct {
     uintptr_t key;
     uintptr_t base, size;
+    uint64_t gen;     /* the image (g_generation) it was last described in */
+    uintptr_t owner;  /* a buffer's graph allocator, when one made it */
 } pentry;
 typedef struct {
     pentry *e;
@@ -795,8 +1028,22 @@ VZ_LOCAL pentry *pmap_add(pmap *m, const void *p) {
     while (m->e[i].key != PMAP_EMPTY && m->e[i].key != PMAP_GONE) i = (i + 1) & (m->cap - 1);
     if (m->e[i].key == PMAP_EMPTY) m->used++;
     m->e[i].key = k;
-    m->e[i].base = m->e[i].size = 0;
+    m->e[i].base = m->e[i].size = m->e[i].owner = 0;
+    m->e[i].gen = 0;
     return &m->e[i];
+}
+
+/* Whether `p` was described in this image's file (a fork child describes everything again);
+ * `mark` says it now is, and gives its entry. */
+VZ_LOCAL int described(pmap *m, const void *p) {
+    pentry *e = pmap_find(m, p);
+    return e != NULL && e->gen == g_generation;
+}
+
+VZ_LOCAL pentry *mark(pmap *m, const void *p) {
+    pentry *e = pmap_add(m, p);
+    if (e) e->gen = g_generation;
+    return e;
 }
 
 VZ_LOCAL void pmap_del(pmap *m, const void *p) {
@@ -818,8 +1065,8 @@ VZ_LOCAL void freed_add(const void *buffer, uintptr_t base, size_t size) {
 }
 
 VZ_LOCAL void put_buft(ggml_lib *L, void *buft) {
-    if (buft == NULL || pmap_has(&g_bufts, buft)) return;
-    pmap_add(&g_bufts, buft);
+    if (buft == NULL || described(&g_bufts, buft)) return;
+    mark(&g_bufts, buft);
     rec r;
     rec_begin(&r, R_BUFT);
     rec_i64(&r, L->id);
@@ -835,8 +1082,11 @@ enum { HOW_ALLOC = 1, HOW_SEEN = 2 };
 
 VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
     if (buffer == NULL) return;
-    if (how == HOW_SEEN && pmap_has(&g_buffers, buffer)) return;
-    pmap_add(&g_buffers, buffer);
+    if (how == HOW_SEEN && described(&g_buffers, buffer)) return;
+    pentry *e = mark(&g_buffers, buffer);
+    /* the owner is kept: a fork child describing the buffer again names the same one */
+    if (e && e->owner == 0) e->owner = (uintptr_t)t_galloc;
+    void *owner = e ? (void *)e->owner : t_galloc;
     void *buft = L->buffer_get_type(buffer);
     put_buft(L, buft);
     rec r;
@@ -851,7 +1101,7 @@ VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
     rec_u64(&r, L->buffer_get_size(buffer));
     rec_i64(&r, L->buffer_get_usage ? L->buffer_get_usage(buffer) : -1);
     rec_i64(&r, how | (multi ? 4 : 0));
-    rec_ptr(&r, t_galloc);
+    rec_ptr(&r, owner);
     rec_u64(&r, t_call);
     rec_end(&r);
 }
@@ -1058,7 +1308,7 @@ VZ_LOCAL const char *site_of(void *caller) {
     if (caller && dladdr(caller, &di)) { /* a scan of the object's symbols: once per call site */
         const char *obj = di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
         obj = obj ? obj + 1 : (di.dli_fname ? di.dli_fname : "?");
-        snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "");
+        if (snprintf(out, n, "%s\t%s", obj, di.dli_sname ? di.dli_sname : "") >= (int)n) g_cut_names++;
     }
     if (cached) g_sites[slot].named = 1;
     return out;
@@ -1141,45 +1391,82 @@ VZ_LOCAL void put_return(uint64_t id, int kind, int64_t result, const size_t *si
 }
 
 /* ------------------------------------------------------------------------------------ */
-/* process start and end                                                                */
+/* the objects a fork child must describe again: live graph allocators and schedulers   */
 
-VZ_LOCAL struct sigaction g_old_actions[32];
-VZ_LOCAL const int g_fatal[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTERM, SIGINT, SIGQUIT};
+typedef struct {
+    void *obj;
+    ggml_lib *L;
+    int n;          /* buffer types */
+    void **bufts;
+    char *rec;      /* its record, as written */
+    size_t len;
+} live;
+typedef struct {
+    live *v;
+    size_t n, cap;
+} lives;
+VZ_LOCAL lives g_live_gallocs, g_live_scheds;
 
-VZ_LOCAL void on_fatal(int sig) {
-    if (getpid() == g_pid) flush_locked();
-    sigaction(sig, &g_old_actions[sig], NULL);
-    raise(sig);
+VZ_LOCAL live *live_find(lives *ls, const void *obj) {
+    for (size_t i = ls->n; i-- > 0;)
+        if (ls->v[i].obj == obj) return &ls->v[i];
+    return NULL;
 }
 
-VZ_LOCAL void install_handlers(void) {
-    for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) {
-        struct sigaction sa, old;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_fatal;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
-        if (sigaction(g_fatal[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) {
-            /* a program that handles a signal itself keeps its handler; we flush at exit */
-            g_old_actions[g_fatal[i]] = old;
-            sigaction(g_fatal[i], &sa, NULL);
+VZ_LOCAL void live_del(lives *ls, const void *obj) {
+    live *e = live_find(ls, obj);
+    if (e == NULL) return;
+    free(e->bufts);
+    free(e->rec);
+    *e = ls->v[--ls->n];
+}
+
+/* keeps `obj` (a new one at the address of a freed one replaces it); a failed allocation
+ * stops recording, never the program */
+VZ_LOCAL void live_add(lives *ls, ggml_lib *L, void *obj, void *const *bufts, int n, const rec *r) {
+    live_del(ls, obj);
+    if (ls->n == ls->cap) {
+        size_t cap = ls->cap ? 2 * ls->cap : 64;
+        live *v = realloc(ls->v, cap * sizeof *v);
+        if (v == NULL) {
+            stop_recording();
+            return;
         }
+        ls->v = v;
+        ls->cap = cap;
+    }
+    live e = {obj, L, n, malloc((size_t)(n > 0 ? n : 1) * sizeof(void *)), malloc(r->len), r->len};
+    if (e.bufts == NULL || e.rec == NULL) {
+        free(e.bufts);
+        free(e.rec);
+        stop_recording();
+        return;
+    }
+    if (n > 0) memcpy(e.bufts, bufts, (size_t)n * sizeof(void *));
+    memcpy(e.rec, r->p, r->len);
+    ls->v[ls->n++] = e;
+}
+
+VZ_LOCAL void put_buft(ggml_lib *L, void *buft);
+
+VZ_LOCAL void redescribe(lives *ls) {
+    for (size_t i = 0; i < ls->n; i++) {
+        live *e = &ls->v[i];
+        for (int k = 0; k < e->n; k++) put_buft(e->L, e->bufts[k]);
+        memset(e->rec + 24, 0, 8); /* the call that made it was the parent's */
+        rec r = {e->rec, e->len, e->len, 1};
+        rec_end(&r);
     }
 }
 
-VZ_LOCAL void after_fork_child(void) {
-    /* the child writes its own file: forget the parent's buffer and descriptor */
-    g_len = 0;
-    if (g_fd >= 0) close(g_fd);
-    g_fd = -1;
-    g_said_hello = 0;
-    g_pid = getpid();
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    g_lock = fresh;
-}
+/* ------------------------------------------------------------------------------------ */
+/* process start and end                                                                */
 
-VZ_LOCAL void put_hello(void) {
-    char buf[PATH_MAX + 64]; /* not the shared scratch: the record being ended is there */
+/* The first records of an image's file: the process, then (in a fork child, which starts
+ * knowing what its parent knew) the libraries, graph allocators and schedulers it holds. */
+VZ_LOCAL void start_image(void) {
+    open_output(); /* first: it finds the image's number */
+    char buf[PATH_MAX + 4096 + 128]; /* not the scratch space: the record being ended is there */
     rec r;
     rec_begin_in(&r, R_HELLO, buf, sizeof buf);
     rec_i64(&r, getpid());
@@ -1189,14 +1476,68 @@ VZ_LOCAL void put_hello(void) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
     rec_str(&r, exe);
-    rec_end(&r);
+    rec_i64(&r, g_image);
+    /* the command line, NUL-separated (an exec'd image is told apart by it) */
+    char cmd[4096];
+    uint32_t len = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got;
+        while (len < sizeof cmd && (got = read(fd, cmd + len, sizeof cmd - len)) > 0) len += (uint32_t)got;
+        close(fd);
+    }
+    rec_put(&r, &len, 4);
+    rec_put(&r, cmd, len);
+    rec_seal(&r);
+    emit(r.p, r.len);
+    for (int i = 0; i < g_n_libs; i++)
+        if (g_libs[i]->status != 0 || g_libs[i]->reason[0]) put_library(g_libs[i], g_libs[i]->reason);
+    redescribe(&g_live_gallocs);
+    redescribe(&g_live_scheds);
+}
+
+/* fork: no thread of ours may hold the lock across it; the child starts its own capture */
+VZ_LOCAL void before_fork(void) { pthread_mutex_lock(&g_lock); }
+VZ_LOCAL void after_fork_parent(void) { pthread_mutex_unlock(&g_lock); }
+
+VZ_LOCAL void after_fork_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    g_lock = fresh;
+    /* the parent's file stays the parent's: the child's mappings and descriptor go */
+    if (g_win) munmap(g_win, g_win_len);
+    if (g_head) munmap(g_head, HEADER_SIZE);
+    if (same_file(g_fd)) close(g_fd);
+    g_fd = -1;
+    g_win = NULL;
+    g_head = NULL;
+    g_win_off = g_win_len = g_file_len = g_end = 0;
+    g_said_hello = 0;
+    g_opened = 0;
+    g_last_tid = 0;
+    g_reopened = 0;
+    t_tid = 0;
+    t_call = 0;
+    t_galloc = NULL;
+    g_pid = getpid();
+    g_image = 0;
+    g_generation++; /* every buffer type, buffer and backend is described again */
+    memset(g_counts, 0, sizeof g_counts);
+    for (int i = 0; i < g_n_libs; i++) {
+        memset(g_libs[i]->type_seen, 0, sizeof g_libs[i]->type_seen);
+        memset(g_libs[i]->op_seen, 0, sizeof g_libs[i]->op_seen);
+    }
+    if (g_tensors) memset(g_tensors, 0, g_tcap * sizeof *g_tensors);
+    g_tcount = 0;
+    g_disabled = g_dir[0] == '\0';
 }
 
 __attribute__((constructor)) VZ_LOCAL void vz_init(void) {
     g_pid = getpid();
-    g_last_flush_ns = coarse_ns();
-    pthread_atfork(NULL, NULL, after_fork_child);
-    install_handlers();
+    const char *dir = getenv("VIZALLOC_CAPTURE_DIR");
+    if (dir == NULL || strnlen(dir, sizeof g_dir) >= sizeof g_dir - 64) dir = ""; /* too long: record nothing */
+    snprintf(g_dir, sizeof g_dir, "%s", dir);
+    g_disabled = g_dir[0] == '\0';
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 typedef struct {
@@ -1261,38 +1602,35 @@ VZ_LOCAL int unreached_cb(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
+/* The end record, the file cut to its records, and nothing recorded after (ggml's own
+ * destructors may still call in). An image that recorded nothing says where it found ggml. */
 __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
-    pthread_mutex_lock(&g_lock);
-    t_inside++;
-    if (g_fd < 0 && g_len == 0 && getpid() == g_image_pid) {
-        unreached_ctx u = {self_base(), 0};
-        dl_iterate_phdr(unreached_cb, &u);
+    RECORDING {
+        if (g_fd < 0 && !g_opened && getpid() == g_image_pid) {
+            unreached_ctx u = {self_base(), 0};
+            dl_iterate_phdr(unreached_cb, &u);
+        }
+        if (g_fd >= 0) {
+            int mine = own_fd(); /* a reopened file is noted after the end record */
+            rec r;
+            rec_begin(&r, R_BYE);
+            rec_i64(&r, 32);
+            for (int i = 0; i < 32; i++) rec_u64(&r, g_counts[i]);
+            bye_ctx b = {&r, self_base(), 0};
+            dl_iterate_phdr(bye_cb, &b);
+            rec_end(&r);
+            if (!g_disabled && mine && ftruncate(g_fd, (off_t)g_end) == 0) g_file_len = g_end;
+        }
+        g_disabled = 1;
     }
-    if (g_fd >= 0 || g_len > 0) {
-        rec r;
-        rec_begin(&r, R_BYE);
-        rec_i64(&r, 32);
-        for (int i = 0; i < 32; i++) rec_u64(&r, g_counts[i]);
-        bye_ctx b = {&r, self_base(), 0};
-        dl_iterate_phdr(bye_cb, &b);
-        rec_end(&r);
-    }
-    flush_locked();
-    t_inside--;
-    pthread_mutex_unlock(&g_lock);
 }
 
 /* For a program that ends itself without running destructors (_exit, Python's os._exit):
- * write out what was recorded, with the end record, and record nothing more. The llama.cpp
- * driver (vizalloc/capture/llama.py) calls it when llama.cpp has measured what was asked
- * and the rest of its start-up is not wanted. Safe to call more than once. */
-VZ_EXPORT void vizalloc_capture_finish(void) {
-    vz_fini();
-    pthread_mutex_lock(&g_lock);
-    g_disabled = 1;
-    pthread_mutex_unlock(&g_lock);
-}
+ * the end record, and nothing recorded after. The llama.cpp driver
+ * (vizalloc/capture/llama.py) calls it when llama.cpp has measured what was asked and the
+ * rest of its start-up is not wanted. Safe to call more than once. */
+VZ_EXPORT void vizalloc_capture_finish(void) { vz_fini(); }
 
 /* Every hook: find the real function (under the lock), call it WITHOUT the lock (the real
  * function may wait for threads that call hooks themselves), and record under the lock.
@@ -1315,20 +1653,36 @@ VZ_LOCAL ggml_lib *enter(const char *symbol, size_t field, void *caller, int *re
     int record;                                        \
     void *caller = __builtin_return_address(0);        \
     ggml_lib *L = enter(symbol, offsetof(ggml_lib, field), caller, &record)
-#define LOCK() pthread_mutex_lock(&g_lock)
-#define UNLOCK() pthread_mutex_unlock(&g_lock)
 
-VZ_LOCAL uint64_t begin_call(ggml_lib *L, int kind, void *object, void *graph, const int *node_ids,
-                             const int *leaf_ids, int snapshot, void *caller) {
-    LOCK();
-    uint64_t id = g_next_call++;
-    g_counts[kind]++;
-    t_inside++;
-    if (snapshot) put_graph_tensors(L, graph);
-    put_call(L, id, t_call, kind, object, graph, node_ids, leaf_ids, caller);
-    t_inside--;
-    UNLOCK();
-    return id;
+/* One recorded call on this thread's stack: open_call writes its record (with the graph's
+ * tensors when `snapshot`) and makes it the thread's innermost open call, with `galloc` as
+ * the graph allocator at work (NULL: unchanged); close_call makes the caller's call
+ * innermost again. Without `record` neither records nor changes anything. */
+typedef struct {
+    uint64_t id, saved_call;
+    void *saved_galloc;
+    int record;
+} frame;
+
+VZ_LOCAL frame open_call(ggml_lib *L, int record, int kind, void *object, void *graph, const int *node_ids,
+                         const int *leaf_ids, int snapshot, void *caller, void *galloc) {
+    frame f = {0, t_call, t_galloc, record};
+    if (!record) return f;
+    RECORDING {
+        f.id = g_next_call++;
+        g_counts[kind]++;
+        if (snapshot) put_graph_tensors(L, graph);
+        put_call(L, f.id, t_call, kind, object, graph, node_ids, leaf_ids, caller);
+    }
+    t_call = f.id;
+    if (galloc) t_galloc = galloc;
+    return f;
+}
+
+VZ_LOCAL void close_call(const frame *f) {
+    if (!f->record) return;
+    t_call = f->saved_call;
+    t_galloc = f->saved_galloc;
 }
 
 /* The functions VIZALLOC_CAPTURE_STOP_AFTER may name, by call kind. */
@@ -1348,16 +1702,15 @@ VZ_LOCAL int stop_here(int kind) {
     return want != NULL && strcmp(want, g_stop_names[kind]) == 0;
 }
 
-VZ_LOCAL void end_call(ggml_lib *L, uint64_t id, int kind, void *graph, int64_t result, const size_t *sizes,
-                       int n_sizes, int snapshot, int flush) {
-    LOCK();
-    t_inside++;
-    if (snapshot) put_graph_tensors(L, graph);
-    put_return(id, kind, result, sizes, n_sizes);
-    if (flush) flush_locked();
-    t_inside--;
-    UNLOCK();
-    if (flush && stop_here(kind)) {
+/* The call's return record (after close_call: `t_call == 0` is the outermost call). */
+VZ_LOCAL void end_call(ggml_lib *L, const frame *f, int kind, void *graph, int64_t result, const size_t *sizes,
+                       int n_sizes, int snapshot) {
+    if (!f->record) return;
+    RECORDING {
+        if (snapshot) put_graph_tensors(L, graph);
+        put_return(f->id, kind, result, sizes, n_sizes);
+    }
+    if (t_call == 0 && stop_here(kind)) {
         vizalloc_capture_finish();
         _exit(0);
     }
@@ -1366,40 +1719,29 @@ VZ_LOCAL void end_call(ggml_lib *L, uint64_t id, int kind, void *graph, int64_t 
 /* ------------------------------------------------------------------------------------ */
 /* graph allocator                                                                      */
 
-/* buffer counts of the graph allocators, for ggml_gallocr_reserve_n_size's sizes */
-#define MAX_GALLOCS 256
-VZ_LOCAL struct {
-    void *galloc;
-    int n;
-} g_gallocs[MAX_GALLOCS];
-
+/* buffer counts of the live graph allocators, for ggml_gallocr_reserve_n_size's sizes */
 VZ_LOCAL int galloc_n_bufs(void *galloc) {
-    for (int i = 0; i < MAX_GALLOCS; i++)
-        if (g_gallocs[i].galloc == galloc) return g_gallocs[i].n;
-    return 0;
+    int n = 0;
+    RECORDING {
+        live *e = live_find(&g_live_gallocs, galloc);
+        n = e ? e->n : 0;
+    }
+    return n;
 }
 
 VZ_LOCAL void put_galloc(ggml_lib *L, void *galloc, void **bufts, int n) {
-    LOCK();
-    t_inside++;
-    for (int i = 0; i < MAX_GALLOCS; i++) {
-        if (g_gallocs[i].galloc == NULL || g_gallocs[i].galloc == galloc) {
-            g_gallocs[i].galloc = galloc;
-            g_gallocs[i].n = n;
-            break;
-        }
+    RECORDING {
+        for (int i = 0; i < n; i++) put_buft(L, bufts[i]);
+        rec r;
+        rec_begin(&r, R_GALLOC);
+        rec_i64(&r, L->id);
+        rec_ptr(&r, galloc);
+        rec_u64(&r, t_call);
+        rec_i64(&r, n);
+        for (int i = 0; i < n; i++) rec_ptr(&r, bufts[i]);
+        rec_end(&r);
+        if (r.ok) live_add(&g_live_gallocs, L, galloc, bufts, n, &r);
     }
-    for (int i = 0; i < n; i++) put_buft(L, bufts[i]);
-    rec r;
-    rec_begin(&r, R_GALLOC);
-    rec_i64(&r, L->id);
-    rec_ptr(&r, galloc);
-    rec_u64(&r, t_call);
-    rec_i64(&r, n);
-    for (int i = 0; i < n; i++) rec_ptr(&r, bufts[i]);
-    rec_end(&r);
-    t_inside--;
-    UNLOCK();
 }
 
 VZ_EXPORT void *ggml_gallocr_new_n(void **bufts, int n_bufs) {
@@ -1411,48 +1753,28 @@ VZ_EXPORT void *ggml_gallocr_new_n(void **bufts, int n_bufs) {
 
 VZ_EXPORT void *ggml_gallocr_new(void *buft) {
     ENTER(gallocr_new, "ggml_gallocr_new");
-    t_inside++; /* ggml_gallocr_new calls ggml_gallocr_new_n: record it here, once */
-    void *g = L->gallocr_new(buft);
-    t_inside--;
+    void *g = NULL;
+    UNRECORDED g = L->gallocr_new(buft); /* it calls ggml_gallocr_new_n: recorded here, once */
     if (record && g) put_galloc(L, g, &buft, 1);
     return g;
 }
 
 VZ_EXPORT void ggml_gallocr_free(void *galloc) {
     ENTER(gallocr_free, "ggml_gallocr_free");
-    uint64_t id = 0, saved = t_call;
-    if (record) {
-        id = begin_call(L, C_GALLOC_FREE, galloc, NULL, NULL, NULL, 0, caller);
-        t_call = id;
-    }
+    frame f = open_call(L, record, C_GALLOC_FREE, galloc, NULL, NULL, NULL, 0, caller, NULL);
     L->gallocr_free(galloc); /* frees its chunk buffers through ggml_backend_buffer_free */
-    if (record) {
-        t_call = saved;
-        end_call(L, id, C_GALLOC_FREE, NULL, 0, NULL, 0, 0, 0);
-    }
+    close_call(&f);
+    end_call(L, &f, C_GALLOC_FREE, NULL, 0, NULL, 0, 0);
+    RECORDING live_del(&g_live_gallocs, galloc);
 }
 
 /* reserve_n, reserve_n_size and alloc_graph: the graph before and after the call */
-#define GALLOC_CALL(KIND, GALLOC, GRAPH, NODE_IDS, LEAF_IDS, SIZES, N_SIZES, CALL)     \
-    uint64_t id = 0, saved_call = t_call;                                              \
-    void *saved_galloc = t_galloc;                                                     \
-    if (record) {                                                                      \
-        id = begin_call(L, KIND, GALLOC, GRAPH, NODE_IDS, LEAF_IDS, 1, caller);                \
-        t_call = id;                                                                   \
-        t_galloc = GALLOC;                                                             \
-    }                                                                                  \
-    CALL;                                                                              \
-    if (record) {                                                                      \
-        t_call = saved_call;                                                           \
-        t_galloc = saved_galloc;                                                       \
-        end_call(L, id, KIND, GRAPH, result, SIZES, N_SIZES, 1, t_call == 0);          \
-    }
-
 VZ_EXPORT bool ggml_gallocr_reserve_n(void *galloc, void *graph, const int *node_ids, const int *leaf_ids) {
     ENTER(gallocr_reserve_n, "ggml_gallocr_reserve_n");
-    bool result;
-    GALLOC_CALL(C_GALLOC_RESERVE_N, galloc, graph, node_ids, leaf_ids, NULL, 0,
-                result = L->gallocr_reserve_n(galloc, graph, node_ids, leaf_ids));
+    frame f = open_call(L, record, C_GALLOC_RESERVE_N, galloc, graph, node_ids, leaf_ids, 1, caller, galloc);
+    bool result = L->gallocr_reserve_n(galloc, graph, node_ids, leaf_ids);
+    close_call(&f);
+    end_call(L, &f, C_GALLOC_RESERVE_N, graph, result, NULL, 0, 1);
     return result;
 }
 
@@ -1466,17 +1788,19 @@ VZ_EXPORT bool ggml_gallocr_reserve(void *galloc, void *graph) {
 VZ_EXPORT void ggml_gallocr_reserve_n_size(void *galloc, void *graph, const int *node_ids, const int *leaf_ids,
                                            size_t *sizes) {
     ENTER(gallocr_reserve_n_size, "ggml_gallocr_reserve_n_size");
-    int result = 1;
-    int n = galloc_n_bufs(galloc);
-    GALLOC_CALL(C_GALLOC_RESERVE_N_SIZE, galloc, graph, node_ids, leaf_ids, sizes, n,
-                L->gallocr_reserve_n_size(galloc, graph, node_ids, leaf_ids, sizes));
+    int n = record ? galloc_n_bufs(galloc) : 0;
+    frame f = open_call(L, record, C_GALLOC_RESERVE_N_SIZE, galloc, graph, node_ids, leaf_ids, 1, caller, galloc);
+    L->gallocr_reserve_n_size(galloc, graph, node_ids, leaf_ids, sizes);
+    close_call(&f);
+    end_call(L, &f, C_GALLOC_RESERVE_N_SIZE, graph, 1, sizes, n, 1);
 }
 
 VZ_EXPORT bool ggml_gallocr_alloc_graph(void *galloc, void *graph) {
     ENTER(gallocr_alloc_graph, "ggml_gallocr_alloc_graph");
-    bool result;
-    GALLOC_CALL(C_GALLOC_ALLOC_GRAPH, galloc, graph, NULL, NULL, NULL, 0,
-                result = L->gallocr_alloc_graph(galloc, graph));
+    frame f = open_call(L, record, C_GALLOC_ALLOC_GRAPH, galloc, graph, NULL, NULL, 1, caller, galloc);
+    bool result = L->gallocr_alloc_graph(galloc, graph);
+    close_call(&f);
+    end_call(L, &f, C_GALLOC_ALLOC_GRAPH, graph, result, NULL, 0, 1);
     return result;
 }
 
@@ -1488,146 +1812,140 @@ VZ_EXPORT void *ggml_backend_sched_new(void **backends, void **bufts, int n_back
     ENTER(sched_new, "ggml_backend_sched_new");
     uint64_t saved = t_call, id = 0;
     if (record) {
-        LOCK();
-        id = g_next_call++;
-        UNLOCK();
+        RECORDING id = g_next_call++;
         t_call = id; /* the graph allocator it makes names this call as its parent */
     }
     void *s = L->sched_new(backends, bufts, n_backends, graph_size, parallel, op_offload);
     t_call = saved;
     if (record && s) {
-        LOCK();
-        t_inside++;
-        void *chosen[64];
-        int n = n_backends < 64 ? n_backends : 64;
-        for (int i = 0; i < n; i++) {
-            chosen[i] = bufts ? bufts[i] : NULL;
-            if (chosen[i] == NULL && L->sched_get_buffer_type)
-                chosen[i] = L->sched_get_buffer_type(s, backends[i]);
-            put_buft(L, chosen[i]);
+        int n = n_backends > 0 ? n_backends : 0;
+        void **chosen = calloc((size_t)(n ? n : 1), sizeof *chosen);
+        RECORDING {
+            if (chosen == NULL) {
+                stop_recording();
+            } else {
+                for (int i = 0; i < n; i++) {
+                    chosen[i] = bufts ? bufts[i] : NULL;
+                    if (chosen[i] == NULL && L->sched_get_buffer_type)
+                        chosen[i] = L->sched_get_buffer_type(s, backends[i]);
+                    put_buft(L, chosen[i]);
+                }
+                rec r;
+                rec_begin(&r, R_SCHED);
+                rec_i64(&r, L->id);
+                rec_ptr(&r, s);
+                rec_u64(&r, id);
+                rec_i64(&r, n);
+                for (int i = 0; i < n; i++) {
+                    rec_ptr(&r, backends[i]);
+                    rec_ptr(&r, chosen[i]);
+                    rec_str(&r, L->backend_name ? L->backend_name(backends[i]) : "?");
+                }
+                rec_end(&r);
+                if (r.ok) live_add(&g_live_scheds, L, s, chosen, n, &r);
+                else note("a scheduler with %s backends did not fit one record: it was not described%s", "many", "");
+            }
         }
-        rec r;
-        rec_begin(&r, R_SCHED);
-        rec_i64(&r, L->id);
-        rec_ptr(&r, s);
-        rec_u64(&r, id);
-        rec_i64(&r, n);
-        for (int i = 0; i < n; i++) {
-            rec_ptr(&r, backends[i]);
-            rec_ptr(&r, chosen[i]);
-            rec_str(&r, L->backend_name ? L->backend_name(backends[i]) : "?");
-        }
-        rec_end(&r);
-        t_inside--;
-        UNLOCK();
+        free(chosen);
     }
     return s;
 }
 
 VZ_EXPORT void ggml_backend_sched_free(void *sched) {
     ENTER(sched_free, "ggml_backend_sched_free");
-    uint64_t id = 0, saved = t_call;
-    if (record) {
-        id = begin_call(L, C_SCHED_FREE, sched, NULL, NULL, NULL, 0, caller);
-        t_call = id;
-    }
+    frame f = open_call(L, record, C_SCHED_FREE, sched, NULL, NULL, NULL, 0, caller, NULL);
     L->sched_free(sched);
-    if (record) {
-        t_call = saved;
-        end_call(L, id, C_SCHED_FREE, NULL, 0, NULL, 0, 0, 0);
-    }
+    close_call(&f);
+    end_call(L, &f, C_SCHED_FREE, NULL, 0, NULL, 0, 0);
+    RECORDING live_del(&g_live_scheds, sched);
 }
 
 VZ_EXPORT void ggml_backend_sched_reset(void *sched) {
     ENTER(sched_reset, "ggml_backend_sched_reset");
-    uint64_t id = record ? begin_call(L, C_SCHED_RESET, sched, NULL, NULL, NULL, 0, caller) : 0;
+    frame f = open_call(L, record, C_SCHED_RESET, sched, NULL, NULL, NULL, 0, caller, NULL);
     L->sched_reset(sched);
-    if (record) end_call(L, id, C_SCHED_RESET, NULL, 0, NULL, 0, 0, 0);
+    close_call(&f);
+    end_call(L, &f, C_SCHED_RESET, NULL, 0, NULL, 0, 0);
 }
 
 /* After a scheduler reserve/alloc: how many splits, and each node's backend */
-VZ_LOCAL void put_sched_result(ggml_lib *L, uint64_t id, int kind, void *sched, void *graph, int64_t result) {
-    LOCK();
-    t_inside++;
-    put_graph_tensors(L, graph);
-    int n_nodes = (graph && L->status >= 0 && graph_layout_ok(L, graph)) ? RD(int, graph, G_OFF_N_NODES) : 0;
-    void **nodes = n_nodes ? RD(void **, graph, G_OFF_NODES) : NULL;
-    rec r;
-    rec_begin(&r, R_RETURN);
-    rec_u64(&r, id);
-    rec_i64(&r, kind);
-    rec_i64(&r, result);
-    rec_u64(&r, now_ns());
-    rec_i64(&r, -1); /* scheduler facts follow instead of sizes */
-    rec_i64(&r, L->sched_get_n_splits ? L->sched_get_n_splits(sched) : -1);
-    int n = (L->sched_get_tensor_backend && n_nodes <= 65536) ? n_nodes : 0;
-    rec_i64(&r, n);
-    for (int i = 0; i < n; i++) rec_ptr(&r, L->sched_get_tensor_backend(sched, nodes[i]));
-    rec_end(&r);
-    if (t_call == 0) flush_locked();
-    t_inside--;
-    UNLOCK();
+VZ_LOCAL void put_sched_result(ggml_lib *L, const frame *f, int kind, void *sched, void *graph, int64_t result) {
+    if (!f->record) return;
+    RECORDING {
+        put_graph_tensors(L, graph);
+        int n_nodes = (graph && L->status >= 0 && graph_layout_ok(L, graph)) ? RD(int, graph, G_OFF_N_NODES) : 0;
+        void **nodes = n_nodes ? RD(void **, graph, G_OFF_NODES) : NULL;
+        /* one record holds the backends of ~130k nodes; beyond that none are written, and a note says so */
+        int fits = n_nodes <= (int)((SCRATCH_CAP - 64) / 8);
+        if (!fits) note("a scheduler graph of more nodes than one record holds: its nodes' backends were not written%s%s",
+                        "", "");
+        rec r;
+        rec_begin(&r, R_RETURN);
+        rec_u64(&r, f->id);
+        rec_i64(&r, kind);
+        rec_i64(&r, result);
+        rec_u64(&r, now_ns());
+        rec_i64(&r, -1); /* scheduler facts follow instead of sizes */
+        rec_i64(&r, L->sched_get_n_splits ? L->sched_get_n_splits(sched) : -1);
+        int n = (L->sched_get_tensor_backend && fits) ? n_nodes : 0;
+        rec_i64(&r, n);
+        for (int i = 0; i < n; i++) rec_ptr(&r, L->sched_get_tensor_backend(sched, nodes[i]));
+        rec_end(&r);
+    }
 }
-
-#define SCHED_CALL(KIND, SCHED, GRAPH, CALL)                        \
-    uint64_t id = 0, saved = t_call;                                \
-    if (record) {                                                   \
-        id = begin_call(L, KIND, SCHED, GRAPH, NULL, NULL, 1, caller);      \
-        t_call = id;                                                \
-    }                                                               \
-    CALL;                                                           \
-    if (record) t_call = saved;
 
 VZ_EXPORT bool ggml_backend_sched_reserve(void *sched, void *graph) {
     ENTER(sched_reserve, "ggml_backend_sched_reserve");
-    bool ok;
-    SCHED_CALL(C_SCHED_RESERVE, sched, graph, ok = L->sched_reserve(sched, graph));
-    if (record) put_sched_result(L, id, C_SCHED_RESERVE, sched, graph, ok);
+    frame f = open_call(L, record, C_SCHED_RESERVE, sched, graph, NULL, NULL, 1, caller, NULL);
+    bool ok = L->sched_reserve(sched, graph);
+    close_call(&f);
+    put_sched_result(L, &f, C_SCHED_RESERVE, sched, graph, ok);
     return ok;
 }
 
 VZ_EXPORT void ggml_backend_sched_reserve_size(void *sched, void *graph, size_t *sizes) {
     ENTER(sched_reserve_size, "ggml_backend_sched_reserve_size");
-    SCHED_CALL(C_SCHED_RESERVE_SIZE, sched, graph, L->sched_reserve_size(sched, graph, sizes));
-    if (record) {
-        int n = L->sched_get_n_backends ? L->sched_get_n_backends(sched) : 0;
-        end_call(L, id, C_SCHED_RESERVE_SIZE, graph, 1, sizes, n, 1, t_call == 0);
-    }
+    frame f = open_call(L, record, C_SCHED_RESERVE_SIZE, sched, graph, NULL, NULL, 1, caller, NULL);
+    L->sched_reserve_size(sched, graph, sizes);
+    close_call(&f);
+    int n = record && L->sched_get_n_backends ? L->sched_get_n_backends(sched) : 0;
+    end_call(L, &f, C_SCHED_RESERVE_SIZE, graph, 1, sizes, n, 1);
 }
 
 VZ_EXPORT bool ggml_backend_sched_alloc_graph(void *sched, void *graph) {
     ENTER(sched_alloc_graph, "ggml_backend_sched_alloc_graph");
-    bool ok;
-    SCHED_CALL(C_SCHED_ALLOC_GRAPH, sched, graph, ok = L->sched_alloc_graph(sched, graph));
-    if (record) put_sched_result(L, id, C_SCHED_ALLOC_GRAPH, sched, graph, ok);
+    frame f = open_call(L, record, C_SCHED_ALLOC_GRAPH, sched, graph, NULL, NULL, 1, caller, NULL);
+    bool ok = L->sched_alloc_graph(sched, graph);
+    close_call(&f);
+    put_sched_result(L, &f, C_SCHED_ALLOC_GRAPH, sched, graph, ok);
     return ok;
 }
 
-
 VZ_LOCAL void put_backend(ggml_lib *L, void *backend) {
-    LOCK();
-    if (!pmap_has(&g_backends, backend)) {
-        pmap_add(&g_backends, backend);
-        rec r;
-        rec_begin(&r, R_BACKEND);
-        rec_i64(&r, L->id);
-        rec_ptr(&r, backend);
-        rec_str(&r, L->backend_name ? L->backend_name(backend) : "?");
-        rec_end(&r);
+    RECORDING {
+        if (!described(&g_backends, backend)) {
+            mark(&g_backends, backend);
+            rec r;
+            rec_begin(&r, R_BACKEND);
+            rec_i64(&r, L->id);
+            rec_ptr(&r, backend);
+            rec_str(&r, L->backend_name ? L->backend_name(backend) : "?");
+            rec_end(&r);
+        }
     }
-    UNLOCK();
 }
 
 /* Graph computes: the graph's tensors at the start, the status at the end. */
-#define COMPUTE_HOOK(NAME, FIELD, KIND)                                              \
-    VZ_EXPORT int NAME(void *object, void *graph) {                                  \
-        ENTER(FIELD, #NAME);                                                         \
-        if (record && (KIND == C_BACKEND_COMPUTE || KIND == C_BACKEND_COMPUTE_ASYNC)) \
-            put_backend(L, object);                                                  \
-        int status;                                                                  \
-        SCHED_CALL(KIND, object, graph, status = L->FIELD(object, graph));           \
-        if (record) end_call(L, id, KIND, NULL, status, NULL, 0, 0, t_call == 0);    \
-        return status;                                                               \
+#define COMPUTE_HOOK(NAME, FIELD, KIND)                                                        \
+    VZ_EXPORT int NAME(void *object, void *graph) {                                            \
+        ENTER(FIELD, #NAME);                                                                   \
+        if (record && (KIND == C_BACKEND_COMPUTE || KIND == C_BACKEND_COMPUTE_ASYNC))          \
+            put_backend(L, object);                                                            \
+        frame f = open_call(L, record, KIND, object, graph, NULL, NULL, 1, caller, NULL);      \
+        int status = L->FIELD(object, graph);                                                  \
+        close_call(&f);                                                                        \
+        end_call(L, &f, KIND, NULL, status, NULL, 0, 0);                                       \
+        return status;                                                                         \
     }
 
 COMPUTE_HOOK(ggml_backend_sched_graph_compute, sched_graph_compute, C_SCHED_COMPUTE)
@@ -1642,21 +1960,18 @@ VZ_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
     ENTER(buft_alloc_buffer, "ggml_backend_buft_alloc_buffer");
     void *b = L->buft_alloc_buffer(buft, size);
     if (record) {
-        LOCK();
-        g_counts[C_BUFT_ALLOC_BUFFER]++;
-        t_inside++;
-        if (b) {
-            pmap_del(&g_freed, b);
-            put_buffer(L, b, HOW_ALLOC);
-        } else {
-            put_buft(L, buft);
-            char what[64];
-            snprintf(what, sizeof what, "%zu", size);
-            note("ggml_backend_buft_alloc_buffer failed for %s bytes of %s", what, L->buft_name(buft));
-            flush_locked();
+        RECORDING {
+            g_counts[C_BUFT_ALLOC_BUFFER]++;
+            if (b) {
+                pmap_del(&g_freed, b);
+                put_buffer(L, b, HOW_ALLOC);
+            } else {
+                put_buft(L, buft);
+                char what[64];
+                snprintf(what, sizeof what, "%zu", size);
+                note("ggml_backend_buft_alloc_buffer failed for %s bytes of %s", what, L->buft_name(buft));
+            }
         }
-        t_inside--;
-        UNLOCK();
     }
     return b;
 }
@@ -1664,38 +1979,34 @@ VZ_EXPORT void *ggml_backend_buft_alloc_buffer(void *buft, size_t size) {
 VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
     ENTER(buffer_free, "ggml_backend_buffer_free");
     if (buffer) {
-        LOCK();
-        if (record) {
-            t_inside++;
-            put_buffer(L, buffer, HOW_SEEN);
-            rec r;
-            rec_begin(&r, R_BUFFER_FREE);
-            rec_ptr(&r, buffer);
-            rec_u64(&r, t_call);
-            rec_end(&r);
-            int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
-            size_t size = L->buffer_get_size(buffer);
-            freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
-            forget_tensors_in(buffer);
-            t_inside--;
+        RECORDING {
+            if (record) {
+                put_buffer(L, buffer, HOW_SEEN);
+                rec r;
+                rec_begin(&r, R_BUFFER_FREE);
+                rec_ptr(&r, buffer);
+                rec_u64(&r, t_call);
+                rec_end(&r);
+                int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
+                size_t size = L->buffer_get_size(buffer);
+                freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
+                forget_tensors_in(buffer);
+            }
+            pmap_del(&g_buffers, buffer);
         }
-        pmap_del(&g_buffers, buffer);
-        UNLOCK();
     }
     L->buffer_free(buffer);
 }
 
 VZ_LOCAL void put_buffer_event(ggml_lib *L, int kind, void *buffer, int64_t value) {
-    LOCK();
-    t_inside++;
-    put_buffer(L, buffer, HOW_SEEN);
-    rec r;
-    rec_begin(&r, kind);
-    rec_ptr(&r, buffer);
-    rec_i64(&r, value);
-    rec_end(&r);
-    t_inside--;
-    UNLOCK();
+    RECORDING {
+        put_buffer(L, buffer, HOW_SEEN);
+        rec r;
+        rec_begin(&r, kind);
+        rec_ptr(&r, buffer);
+        rec_i64(&r, value);
+        rec_end(&r);
+    }
 }
 
 VZ_EXPORT void ggml_backend_buffer_clear(void *buffer, uint8_t value) {
@@ -1711,35 +2022,33 @@ VZ_EXPORT void ggml_backend_buffer_set_usage(void *buffer, int usage) {
 }
 
 VZ_LOCAL void put_place(ggml_lib *L, int kind, void *tensor, void *buffer, void *addr, int result) {
-    LOCK();
-    t_inside++;
-    g_counts[kind == PLACE_TENSOR_ALLOC ? 20 : 21]++;
-    put_buffer(L, buffer, HOW_SEEN);
-    put_tensor_deep(L, tensor);
-    if (buffer && L->buft_get_alloc_size && L->status == 1) {
-        void *buft = L->buffer_get_type(buffer);
-        size_t want = L->buft_get_alloc_size(buft, tensor);
-        if (want != L->nbytes(tensor)) {
-            rec a;
-            rec_begin(&a, R_ALLOC_SIZE);
-            rec_i64(&a, L->id);
-            rec_ptr(&a, buft);
-            rec_ptr(&a, tensor);
-            rec_u64(&a, want);
-            rec_end(&a);
+    RECORDING {
+        g_counts[kind == PLACE_TENSOR_ALLOC ? 20 : 21]++;
+        put_buffer(L, buffer, HOW_SEEN);
+        put_tensor_deep(L, tensor);
+        if (buffer && L->buft_get_alloc_size && L->status == 1) {
+            void *buft = L->buffer_get_type(buffer);
+            size_t want = L->buft_get_alloc_size(buft, tensor);
+            if (want != L->nbytes(tensor)) {
+                rec a;
+                rec_begin(&a, R_ALLOC_SIZE);
+                rec_i64(&a, L->id);
+                rec_ptr(&a, buft);
+                rec_ptr(&a, tensor);
+                rec_u64(&a, want);
+                rec_end(&a);
+            }
         }
+        rec r;
+        rec_begin(&r, R_PLACE);
+        rec_u64(&r, t_call);
+        rec_i64(&r, kind);
+        rec_ptr(&r, tensor);
+        rec_ptr(&r, buffer);
+        rec_ptr(&r, addr);
+        rec_i64(&r, result);
+        rec_end(&r);
     }
-    rec r;
-    rec_begin(&r, R_PLACE);
-    rec_u64(&r, t_call);
-    rec_i64(&r, kind);
-    rec_ptr(&r, tensor);
-    rec_ptr(&r, buffer);
-    rec_ptr(&r, addr);
-    rec_i64(&r, result);
-    rec_end(&r);
-    t_inside--;
-    UNLOCK();
 }
 
 VZ_EXPORT int ggml_backend_tensor_alloc(void *buffer, void *tensor, void *addr) {
@@ -1762,22 +2071,20 @@ VZ_EXPORT int ggml_backend_view_init(void *tensor) {
 /* through tensor->data are not seen: the importer says so)                             */
 
 VZ_LOCAL void put_io(ggml_lib *L, int kind, const void *tensor, size_t offset, size_t size, const void *src) {
-    LOCK();
-    t_inside++;
-    g_counts[kind == IO_SET ? 22 : kind == IO_GET ? 23 : kind == IO_MEMSET ? 24 : 25]++;
-    if (src) put_tensor_deep(L, src);
-    put_tensor_deep(L, tensor);
-    rec r;
-    rec_begin(&r, R_IO);
-    rec_i64(&r, kind);
-    rec_ptr(&r, tensor);
-    rec_u64(&r, offset);
-    rec_u64(&r, size);
-    rec_ptr(&r, src);
-    rec_u64(&r, t_call);
-    rec_end(&r);
-    t_inside--;
-    UNLOCK();
+    RECORDING {
+        g_counts[kind == IO_SET ? 22 : kind == IO_GET ? 23 : kind == IO_MEMSET ? 24 : 25]++;
+        if (src) put_tensor_deep(L, src);
+        put_tensor_deep(L, tensor);
+        rec r;
+        rec_begin(&r, R_IO);
+        rec_i64(&r, kind);
+        rec_ptr(&r, tensor);
+        rec_u64(&r, offset);
+        rec_u64(&r, size);
+        rec_ptr(&r, src);
+        rec_u64(&r, t_call);
+        rec_end(&r);
+    }
 }
 
 VZ_EXPORT void ggml_backend_tensor_set(void *tensor, const void *data, size_t offset, size_t size) {
@@ -1862,9 +2169,10 @@ VZ_EXPORT int ggml_graph_compute(void *graph, void *cplan) {
     void *caller = __builtin_return_address(0);
     int (*real)(void *, void *) = (int (*)(void *, void *))cpu_entry(&real_fn, "ggml_graph_compute", caller, &L,
                                                                        &record);
-    int status;
-    SCHED_CALL(C_GRAPH_COMPUTE, NULL, graph, status = real(graph, cplan));
-    if (record) end_call(L, id, C_GRAPH_COMPUTE, NULL, status, NULL, 0, 0, t_call == 0);
+    frame f = open_call(L, record, C_GRAPH_COMPUTE, NULL, graph, NULL, NULL, 1, caller, NULL);
+    int status = real(graph, cplan);
+    close_call(&f);
+    end_call(L, &f, C_GRAPH_COMPUTE, NULL, status, NULL, 0, 0);
     return status;
 }
 
@@ -1875,9 +2183,10 @@ VZ_EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads)
     void *caller = __builtin_return_address(0);
     int (*real)(void *, void *, int) = (int (*)(void *, void *, int))cpu_entry(
         &real_fn, "ggml_graph_compute_with_ctx", caller, &L, &record);
-    int status;
-    SCHED_CALL(C_GRAPH_COMPUTE_WITH_CTX, ctx, graph, status = real(ctx, graph, n_threads));
-    if (record) end_call(L, id, C_GRAPH_COMPUTE_WITH_CTX, NULL, status, NULL, 0, 0, t_call == 0);
+    frame f = open_call(L, record, C_GRAPH_COMPUTE_WITH_CTX, ctx, graph, NULL, NULL, 1, caller, NULL);
+    int status = real(ctx, graph, n_threads);
+    close_call(&f);
+    end_call(L, &f, C_GRAPH_COMPUTE_WITH_CTX, NULL, status, NULL, 0, 0);
     return status;
 }
 
@@ -1886,37 +2195,25 @@ VZ_EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads)
 /* (weights, KV caches, ggml-opt's static tensors). The placements inside are recorded as  */
 /* usual; the call around them lets the replay re-run the allocator and check each offset. */
 
-VZ_LOCAL void *g_real_alloc_ctx[MAX_LIBS];
-
 VZ_EXPORT void *ggml_backend_alloc_ctx_tensors_from_buft(void *ctx, void *buft) {
     ENTER(tensor_alloc, "ggml_backend_alloc_ctx_tensors_from_buft");
-    LOCK();
-    void **slot = &g_real_alloc_ctx[L->id];
-    if (*slot == NULL) {
-        void *sym = dlsym(L->handle, "ggml_backend_alloc_ctx_tensors_from_buft");
-        Dl_info di;
-        if (sym && dladdr(sym, &di) && di.dli_fbase != self_base()) *slot = sym;
+    void *(*real)(void *, void *) = NULL;
+    RECORDING {
+        if (L->real_alloc_ctx_tensors == NULL) {
+            void *sym = dlsym(L->handle, "ggml_backend_alloc_ctx_tensors_from_buft");
+            Dl_info di;
+            if (sym && dladdr(sym, &di) && di.dli_fbase != self_base()) L->real_alloc_ctx_tensors = sym;
+        }
+        real = (void *(*)(void *, void *))L->real_alloc_ctx_tensors;
+        if (record && real) put_buft(L, buft);
     }
-    void *(*real)(void *, void *) = (void *(*)(void *, void *))*slot;
-    UNLOCK();
     if (real == NULL) {
         fprintf(stderr, "vizalloc capture: cannot find the real ggml_backend_alloc_ctx_tensors_from_buft\n");
         abort();
     }
-    uint64_t id = 0, saved = t_call;
-    if (record) {
-        LOCK();
-        t_inside++;
-        put_buft(L, buft);
-        t_inside--;
-        UNLOCK();
-        id = begin_call(L, C_ALLOC_CTX_TENSORS, ctx, NULL, NULL, NULL, 0, caller);
-        t_call = id;
-    }
+    frame f = open_call(L, record, C_ALLOC_CTX_TENSORS, ctx, NULL, NULL, NULL, 0, caller, NULL);
     void *buffer = real(ctx, buft);
-    if (record) {
-        t_call = saved;
-        end_call(L, id, C_ALLOC_CTX_TENSORS, NULL, buffer != NULL, NULL, 0, 0, t_call == 0);
-    }
+    close_call(&f);
+    end_call(L, &f, C_ALLOC_CTX_TENSORS, NULL, buffer != NULL, NULL, 0, 0);
     return buffer;
 }
