@@ -4,6 +4,7 @@ ggml_cast's self-reference, ggml-opt's graphs over tensors no allocator call lis
 from __future__ import annotations
 
 import sys
+import re
 from pathlib import Path
 
 from vizalloc.trace import events as ev
@@ -64,7 +65,10 @@ def test_a_second_context_at_the_first_ones_addresses(tmp_path: Path) -> None:
     # before: every placement is the new buffer's
     done = run(["run", "-o", "t.vztrace", "--", sys.executable, str(PROGRAMS / "second_context.py")], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "same buffer handle True same base True same tensor True same view True" in done.stdout
+    # the bytes, the tensor structs and the view are where the first context's were; whether
+    # malloc hands the buffer's handle back too depends on what the capture itself allocates
+    # in between (its tables grow): both ways the replay must tell the buffers apart
+    assert re.search(r"same buffer handle (True|False) same base True same tensor True same view True", done.stdout)
     assert "0 replay difference(s)" in done.stderr, done.stderr
     events = load(tmp_path / "t.vztrace").events
     names = _names(events)
@@ -150,7 +154,8 @@ def _renamed(data: bytes, kind: int, old: bytes, new: bytes) -> bytes:
     from vizalloc.capture import rawfile as rf
 
     out, pos, done = bytearray(data[:rf.HEADER_SIZE]), rf.HEADER_SIZE, False
-    while pos < len(data):
+    end = int.from_bytes(data[16:24], "little") or len(data)  # the header says where the records end
+    while pos < end:
         k, length = st.unpack_from("<H2xI", data, pos)
         payload = data[pos + 8:pos + 8 + length]
         fixed = 32 if k == 3 else 24
@@ -160,6 +165,7 @@ def _renamed(data: bytes, kind: int, old: bytes, new: bytes) -> bytes:
         out += st.pack("<H2xI", k, len(payload)) + payload
         pos += 8 + length
     assert done, f"no record of kind {kind} named {old!r}"
+    out[16:24] = len(out).to_bytes(8, "little")
     return bytes(out)
 
 
@@ -192,4 +198,4 @@ def test_ggml_opt_rounds_at_reused_addresses_are_copies_not_hazards(tmp_path: Pa
     assert done.stdout.count("loss 4.0") == 12
     assert "48 allocator calls replayed, 228 placements checked: 0 replay difference(s)" in done.stderr, done.stderr
     check = run(["check", "t.vztrace"], tmp_path)
-    assert check.returncode == 0 and "0 hazard(s) -> ok" in check.stdout, check.stdout[-3000:]
+    assert check.returncode == 0 and "0 hazards -> ok" in check.stdout, check.stdout[-3000:]

@@ -225,6 +225,7 @@ def _check(path: str, out: Any) -> bool:
     except ImportError:
         out.write("vizalloc run --check: the hazard check is not available in this vizalloc\n")
         return False
+    from vizalloc.cli.console import plural
     from vizalloc.trace.api import load
 
     hazards = find_hazards(build_model(load(path)))
@@ -237,6 +238,6 @@ def _check(path: str, out: Any) -> bool:
     for h in hazards:
         kinds[h.kind.value] = kinds.get(h.kind.value, 0) + 1
     listed = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-    out.write(f"vizalloc run --check: {len(hazards)} hazard(s){': ' + listed if listed else ''}"
+    out.write(f"vizalloc run --check: {plural(len(hazards), 'hazard')}{': ' + listed if listed else ''}"
               f" -> {'FAIL' if serious else 'ok'}\n")
     return bool(serious)
