@@ -38,7 +38,7 @@ from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
 from vizalloc.runtime.backends.base import NOOP_OPS
-from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, own_addresses
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
@@ -199,7 +199,8 @@ class Importer:
             rf.SchedInfo: self._sched, rf.Bye: self._bye, rf.Note: self._note, rf.AllocSize: self._alloc_size,
             rf.BackendInfo: self._backend, rf.TensorIo: self._io,
         }
-        with recorder.replaying(lambda: self.now, lambda: self.loc):
+        # the mirrors die with the import: their addresses are the next import's too
+        with recorder.replaying(lambda: self.now, lambda: self.loc), own_addresses():
             for record in self.records:
                 if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
                     self._sync_dirty()

@@ -38,7 +38,7 @@ import traceback
 from typing import Any
 
 from vizalloc.errors import UsageError
-from vizalloc.text import inert_lines
+from vizalloc.text import inert, inert_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,19 +125,25 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     if args.output:
         check_new(args.output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
-    traced = trace_program(argv, args.output, force=args.force)
+    traced = trace_program(argv, args.output, force=args.force, keep_interrupted=True)
     finished = traced.finished
     how = (f"killed by signal {finished.signal}{_signal_name(finished.signal)}, exit code {finished.exit_code}"
            if finished.signal is not None else f"exit code {finished.exit_code}")
-    err.write(f"vizalloc run: {argv[0]} ended ({how})\n")
+    name = inert(argv[0], 200)  # the program's name is the user's, or a script's: shown inert
+    err.write(f"vizalloc run: {name} ended ({how})\n")
+    for number in dict.fromkeys(finished.received):
+        err.write(f"  vizalloc was sent signal {number}{_signal_name(number)} while {name} ran: it was the program's "
+                  "to handle (passed on to it, or sent to it by the terminal too)\n")
+    for note in traced.notes:
+        err.write(f"  note: {inert(note, 2000)}\n")
     if finished.signal == signal.SIGKILL and finished.captures:
         err.write("  SIGKILL reaches no handler: the trace holds what the capture had written by then (it writes at the "
                   "end of every graph compute and plan, and every 100 ms)\n")
     code = finished.exit_code
     for path, result in traced.traces:
-        err.write(f"  pid {result.pid}: {path}\n")
+        err.write(f"  pid {result.pid}: {inert(path)}\n")
         for lib in result.libraries:
-            err.write(f"    ggml {lib.version} from {lib.path}\n")
+            err.write(f"    ggml {inert(lib.version, 100)} from {inert(lib.path, 400)}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
@@ -148,14 +154,16 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                 real = ("allocated by the process: none" if b.allocated is None else
                         "the same as the process allocated" if b.allocated == b.planned else
                         f"the process allocated {b.allocated:,} bytes")
-                err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
+                err.write(f"    {inert(b.buft, 100)} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
         for note in result.notes:
-            err.write(f"    note: {note}\n")
+            err.write(f"    note: {inert(note, 2000)}\n")
         if result.cut_at is not None:
             err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
+    if traced.refused and code == 0:
+        code = 2  # the program succeeded, but what it captured is not all in a trace (the notes say why)
     if traced.traces:
         first = traced.traces[0][0]
-        err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {first}\n" for cmd in ("summary", "check", "tui")))
+        err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {inert(first)}\n" for cmd in ("summary", "check", "tui")))
     if args.check:
         found = any(_check(str(path), err) for path, _ in traced.traces)
         if code == 0 and found:
