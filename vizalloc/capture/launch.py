@@ -47,14 +47,15 @@ HOOKED_SYMBOLS = (
 class Finished:
     """How the program ended: its exit code (``128 + N`` when killed by signal N, as shells
     report it) and the capture files its processes wrote, the program's own first;
-    ``received``: the signals vizalloc itself got while the program ran (passed on to it,
-    or, from the terminal, already the program's own)."""
+    ``received``: the signals vizalloc itself got while the program ran, each passed on to it
+    (``forwarded``) unless it came from the terminal, which sent it to the program too."""
 
     exit_code: int
     signal: int | None
     pid: int
     captures: list[Path]
     received: tuple[int, ...] = ()
+    forwarded: tuple[int, ...] = ()
 
 
 #: The signals that ask vizalloc to stop while a program runs: they are the program's to handle.
@@ -114,9 +115,10 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
     blocked = {*watched, signal.SIGCHLD}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     received: list[int] = []
+    forwarded: list[int] = []
     try:
         pid = _spawn(path, argv, env, stdout, stderr, mask=mask, defaults=(*watched, *_PYTHON_IGNORES))
-        status = _wait(pid, watched, received)
+        status = _wait(pid, watched, received, forwarded)
     finally:
         # what arrived as the program ended is taken too, so that unblocking delivers nothing
         while (info := signal.sigtimedwait(blocked, 0)) is not None:
@@ -126,8 +128,8 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
     code = os.waitstatus_to_exitcode(status)
     captures = sorted(Path(capture_dir).glob("capture.*.vzcap"), key=lambda p: capture_pid(p) != pid)
     if code < 0:
-        return Finished(128 - code, -code, pid, captures, tuple(received))
-    return Finished(code, None, pid, captures, tuple(received))
+        return Finished(128 - code, -code, pid, captures, tuple(received), tuple(forwarded))
+    return Finished(code, None, pid, captures, tuple(received), tuple(forwarded))
 
 
 def _spawn(path: str, argv: list[str], env: dict[str, str], stdout: Any, stderr: Any, *,
@@ -174,7 +176,7 @@ def _interpreter(path: str) -> str:
     return words[0].decode("utf-8", "replace") if words else ""
 
 
-def _wait(pid: int, watched: list[signal.Signals], received: list[int]) -> int:
+def _wait(pid: int, watched: list[signal.Signals], received: list[int], forwarded: list[int]) -> int:
     """The program's wait status; signals meanwhile are passed on to it (those that came from
     the terminal reached it already: passing them again would be a second Ctrl-C)."""
     waited = {*watched, signal.SIGCHLD}
@@ -191,6 +193,7 @@ def _wait(pid: int, watched: list[signal.Signals], received: list[int]) -> int:
             if info.si_code == _SI_KERNEL and os.getpgid(pid) == own_group:
                 continue
             os.kill(pid, info.si_signo)
+            forwarded.append(info.si_signo)
         except ProcessLookupError:  # it ended meanwhile: the next waitpid reaps it
             pass
 

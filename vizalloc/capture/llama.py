@@ -132,6 +132,11 @@ def filter_log(verbose: bool) -> None:
 
     A message of several lines continues on lines without the timestamp; those follow the
     message's fate, unless they say something failed (ggml's own asserts print no prefix)."""
+    import signal
+
+    # the terminal's Ctrl-C reaches this process too: it ends when the driver does (its stdin
+    # closes), after passing on what llama.cpp wrote last, never with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out, back = sys.stderr.buffer, sys.stdout.buffer
     hiding = False
     for raw in sys.stdin.buffer:

@@ -132,8 +132,10 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     name = inert(argv[0], 200)  # the program's name is the user's, or a script's: shown inert
     err.write(f"vizalloc run: {name} ended ({how})\n")
     for number in dict.fromkeys(finished.received):
-        err.write(f"  vizalloc was sent signal {number}{_signal_name(number)} while {name} ran: it was the program's "
-                  "to handle (passed on to it, or sent to it by the terminal too)\n")
+        how = ("vizalloc passed it on to the program" if number in finished.forwarded else
+               "the terminal sent it to the program too")
+        err.write(f"  vizalloc got signal {number}{_signal_name(number)} while {name} ran ({how}); what it "
+                  "captured until it ended is imported below\n")
     for note in traced.notes:
         err.write(f"  note: {inert(note, 2000)}\n")
     if finished.signal == signal.SIGKILL and finished.captures:
