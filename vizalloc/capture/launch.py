@@ -113,11 +113,17 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
     # blocked here and taken with sigtimedwait: no handler of vizalloc's runs, and each
     # signal's sender is known (SIGCHLD only wakes the wait when the program ends)
     blocked = {*watched, signal.SIGCHLD}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     received: list[int] = []
     forwarded: list[int] = []
+    child: list[int] = []
+    # Other threads (numpy's) do not block them: one of those may take a signal while this
+    # thread is not inside sigtimedwait. A handler then notes it (this thread runs it soon).
+    handlers = {s: signal.signal(s, lambda number, frame: _pass_on(child, number, None, received, forwarded))
+                for s in watched}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         pid = _spawn(path, argv, env, stdout, stderr, mask=mask, defaults=(*watched, *_PYTHON_IGNORES))
+        child.append(pid)
         status = _wait(pid, watched, received, forwarded)
     finally:
         # what arrived as the program ended is taken too, so that unblocking delivers nothing
@@ -125,6 +131,9 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
             if info.si_signo != signal.SIGCHLD:
                 received.append(info.si_signo)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        child.clear()  # the program is reaped: its pid is no longer its own
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
     code = os.waitstatus_to_exitcode(status)
     captures = sorted(Path(capture_dir).glob("capture.*.vzcap"), key=lambda p: capture_pid(p) != pid)
     if code < 0:
@@ -177,25 +186,52 @@ def _interpreter(path: str) -> str:
 
 
 def _wait(pid: int, watched: list[signal.Signals], received: list[int], forwarded: list[int]) -> int:
-    """The program's wait status; signals meanwhile are passed on to it (those that came from
-    the terminal reached it already: passing them again would be a second Ctrl-C)."""
+    """The program's wait status; signals meanwhile are passed on to it."""
     waited = {*watched, signal.SIGCHLD}
-    own_group = os.getpgrp()
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
-        info = signal.sigtimedwait(waited, 1.0)
-        if info is None or info.si_signo == signal.SIGCHLD:
-            continue
-        received.append(info.si_signo)
-        try:
-            if info.si_code == _SI_KERNEL and os.getpgid(pid) == own_group:
-                continue
-            os.kill(pid, info.si_signo)
-            forwarded.append(info.si_signo)
-        except ProcessLookupError:  # it ended meanwhile: the next waitpid reaps it
-            pass
+        info = signal.sigtimedwait(waited, 0.2)
+        if info is not None and info.si_signo != signal.SIGCHLD:
+            _pass_on([pid], info.si_signo, info.si_code == _SI_KERNEL, received, forwarded)
+
+
+def _pass_on(child: list[int], number: int, from_kernel: bool | None, received: list[int],
+             forwarded: list[int]) -> None:
+    """Send signal ``number`` that vizalloc got on to the program, unless the terminal sent it
+    to the program's process group too (passing it again would be a second Ctrl-C: llama-cli
+    quits at a second one instead of stopping its generation). ``from_kernel``: whether the
+    kernel sent it (``si_code``), None when a handler took it and cannot tell; then a
+    SIGINT or SIGHUP while vizalloc holds the terminal's foreground is taken for the terminal's."""
+    received.append(number)
+    if not child:
+        return
+    pid = child[0]
+    try:
+        same_group = os.getpgid(pid) == os.getpgrp()
+        if from_kernel is None:
+            from_kernel = number in (signal.SIGINT, signal.SIGHUP) and _in_foreground()
+        if from_kernel and same_group:
+            return
+        os.kill(pid, number)
+        forwarded.append(number)
+    except ProcessLookupError:  # it ended meanwhile: the next waitpid reaps it
+        pass
+
+
+def _in_foreground() -> bool:
+    """Whether vizalloc's process group is its terminal's foreground group."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def capture_pid(path: Path) -> int:
