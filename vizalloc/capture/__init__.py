@@ -110,9 +110,11 @@ class _Outputs:
         """Where a trace meant for ``path`` goes, whether to overwrite what is there, and a
         note when that is not ``path``."""
         if claimed:
-            if self.ours(path):
+            if self.ours(path) and os.path.getsize(path) == 0:
                 return path, True, ""
-            why = f"{path} was replaced by another process while the program ran (vizalloc had created it)"
+            why = (f"{path} was written by another process while the program ran (vizalloc had created it empty)"
+                   if self.ours(path) else
+                   f"{path} was replaced by another process while the program ran (vizalloc had created it)")
         else:
             if self.force or not os.path.lexists(path):
                 return path, self.force, ""

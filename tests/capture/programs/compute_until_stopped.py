@@ -2,7 +2,8 @@
 until a signal ends it, printing ``computed N`` after each of the first computes and
 ``ready`` once the first has been written out, so a test knows when to send the signal.
 With ``handle`` as its first argument it catches SIGTERM, SIGINT and SIGHUP itself,
-prints ``caught N`` and exits with code 7 (the program's own code must come back)."""
+prints ``caught N`` and exits with code 7 (the program's own code must come back). It
+gives up after 120 s (exit 3), so that a vizalloc that dies first leaves no orphan running."""
 
 import ctypes
 import signal
@@ -41,7 +42,8 @@ backend = ggml.ggml_backend_cpu_init()
 x = np.arange(64, dtype=np.float32)
 ggml.ggml_backend_tensor_set(a, x.ctypes.data, 0, x.nbytes)
 n = 0
-while True:
+give_up = time.monotonic() + 120
+while time.monotonic() < give_up:
     assert ggml.ggml_backend_graph_compute(backend, gf) == 0
     n += 1
     if n <= 3:
@@ -50,3 +52,4 @@ while True:
         time.sleep(0.3)  # the capture writes out at the end of every compute, and every 100 ms
         print("ready", flush=True)
     time.sleep(0.01)
+sys.exit(3)
