@@ -29,7 +29,7 @@ from typing import Any
 
 from vizalloc.capture.build import CaptureError, check_platform, library_path
 from vizalloc.capture.launch import Finished, capture_pid, run_program
-from vizalloc.capture.rawfile import CaptureFormatError, read_records
+from vizalloc.capture.rawfile import Bye, CaptureFormatError, read_records
 from vizalloc.capture.replay import CaptureImportError, ComputeBuffer, Importer, ImportResult
 from vizalloc.errors import Interrupted
 
@@ -80,6 +80,10 @@ def _import(data: bytes, output: str | os.PathLike[str], *, program: str, overwr
     # what costs the program little, and the replay's flushes come far faster than the program's)
     with trace(str(output), keep_events=False, overwrite=overwrite, compress_max_overhead=None):
         result = Importer(records, program=program, cut_at=cut_at).run()
+    if cut_at is None and not any(isinstance(r, Bye) for r in records):
+        result.notes.append("the capture has no end record: the process ended without the capture's exit (killed by "
+                            "SIGKILL, _exit or exec), or the file was cut between two records; the trace holds what "
+                            "was written until then")
     return result
 
 

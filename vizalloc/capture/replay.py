@@ -296,14 +296,14 @@ class Importer:
         old = self.buffers.get(r.buffer)
         if old is not None and r.how & rf.BufferHow.SEEN:
             return  # already known (a buffer described again after the capture forgot it)
+        buft = self.bufts.get(r.buft)
+        if buft is None:  # checked first: a graph allocator's chunk was paired without its type
+            raise CaptureImportError(f"buffer {r.buffer:#x} names a buffer type never described")
         owner = self.gallocs.get(r.owner_galloc) if r.owner_galloc else None
         call = self._replay_call()
         if owner is not None and call is not None and call.galloc is owner:
             self._pair_chunk(call, r)
             return
-        buft = self.bufts.get(r.buft)
-        if buft is None:
-            raise CaptureImportError(f"buffer {r.buffer:#x} names a buffer type never described")
         if r.how & rf.BufferHow.MULTI:
             self._add_buffer(_RealBuffer(r.buffer, 0, r.size, None))
             return
@@ -676,6 +676,9 @@ class Importer:
         if not self.stack or self.stack[-1].call.call != r.call:
             raise rf.CaptureFormatError(f"call {r.call} ({r.kind.function}) returns but is not the innermost open call")
         open_ = self.stack[-1]
+        if r.kind != open_.call.kind:
+            raise rf.CaptureFormatError(f"call {r.call} began as {open_.call.kind.function} but returns as "
+                                        f"{r.kind.function}")
         if open_.replayed:
             self._verify(open_)
             self._check_return(open_, r)
