@@ -488,15 +488,16 @@ def _decode(kind: int, c: _Cursor, pending: dict[int, _Pending]) -> Record | Non
     raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown kind {kind}")
 
 
-#: No process has more address space than this (64 bits; Linux user space ends far below).
+#: No process has more address space than 64 bits, nor a buffer larger than Linux's 57-bit user space.
 _ADDRESS_SPACE = 2**64
+_LARGEST_BUFFER = 2**57
 
 
 def _check(record: Record, pos: int) -> None:
     """Values no real process writes: refused, so that a damaged capture is never replayed as
     if it were one."""
     if isinstance(record, BufferInfo):
-        if record.size >= 2**63 or record.base + record.size > _ADDRESS_SPACE:
+        if record.size > _LARGEST_BUFFER or record.base + record.size > _ADDRESS_SPACE:
             raise CaptureFormatError(f"capture record at byte {pos} describes a buffer of {record.size:,} bytes at "
                                      f"{record.base:#x}: no process has that much address space")
     elif isinstance(record, (Call, Return)) and record.call <= 0:
