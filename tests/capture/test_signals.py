@@ -141,3 +141,14 @@ def _is_driver_of(proc: Path, cwd: Path) -> bool:
         return os.readlink(proc / "cwd") == str(cwd) and b"vizalloc.capture.llama" in (proc / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+def test_ctrl_c_stops_the_llama_driver_on_its_own(tmp_path: Path, gemma: str) -> None:
+    """Without the capture, Python's KeyboardInterrupt would wait for the whole generation
+    to come back from C++: the driver gives SIGINT its default action meanwhile."""
+    s = Session([sys.executable, "-m", "vizalloc.capture.llama", gemma, "--ctx", "1024", "--generate", "200"], tmp_path)
+    s.wait_for("compute buffer size", 180)
+    time.sleep(1.0)
+    s.ctrl_c()
+    assert s.finish(180) == -signal.SIGINT, s.text  # killed by it, as llama-cli is: 130 in a shell
+    assert "generated" not in s.text and "Traceback" not in s.text

@@ -142,8 +142,10 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
 
 
 def _spawn(path: str, argv: list[str], env: dict[str, str], stdout: Any, stderr: Any, *,
-           mask: set[signal.Signals], defaults: tuple[int, ...]) -> int:
-    actions = [(os.POSIX_SPAWN_DUP2, f.fileno(), fd) for fd, f in ((1, stdout), (2, stderr)) if f is not None]
+           mask: set[int | signal.Signals], defaults: tuple[int, ...]) -> int:
+    # an open file, or a descriptor (subprocess.DEVNULL and PIPE are not: the program's output is not read here)
+    actions = [(os.POSIX_SPAWN_DUP2, f if isinstance(f, int) else f.fileno(), fd)
+               for fd, f in ((1, stdout), (2, stderr)) if f is not None]
     try:
         return os.posix_spawn(path, argv, env, file_actions=actions or None, setsigmask=mask, setsigdef=defaults)
     except OSError as exc:

@@ -222,6 +222,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
+    except BrokenPipeError:  # a write that went around the guards (a binary stream): the reader left
+        return 0
     except MemoryError:
         print(f"vizalloc {args.command}: error: out of memory: this process may not use the memory the command "
               "needs (what it holds grows with the tensors and placements the trace keeps alive, not with its "

@@ -22,8 +22,15 @@ vizalloc's own messages go to stderr, so the script's stdout stays its own.
 Exit codes: the script's or program's own (0 when it ends normally, 1 on a Python
 exception, 128+N when a program is killed by signal N); with --check, 1 when it
 succeeded but the trace has hazards (re-plans aside); 2 when the output exists without
--f, the script or program cannot be found, or tracing a real program is not possible
-here (no C compiler, not Linux).
+-f, the script or program cannot be found or executed, tracing a real program is not
+possible here (no C compiler, not Linux), or a program that succeeded left a capture that
+could not be imported (it is kept beside the trace, and the report says why).
+
+Signals: Ctrl-C reaches the program from the terminal; SIGINT, SIGTERM and SIGHUP sent to
+vizalloc (kill, timeout) are passed on to it. vizalloc waits for the program and then
+imports what it captured: the trace holds what ran, the exit code is the program's.
+The -o file is created, empty, when the run starts; a program that replaces or writes it
+meanwhile does not lose the trace, which goes to a free name beside it (NAME.1.vztrace).
 """
 
 from __future__ import annotations
