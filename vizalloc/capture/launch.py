@@ -16,10 +16,11 @@ ignores, SIGPIPE and SIGXFSZ, are reset), never with vizalloc's own.
 
 from __future__ import annotations
 
-import os
 import errno
+import os
 import shutil
 import signal
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -110,16 +111,18 @@ def run_program(argv: list[str], capture_dir: str, *, stdout: Any = None, stderr
     path = resolve_program(argv[0])
     env = capture_environment(capture_dir)
     watched = [s for s in FORWARDED if signal.getsignal(s) is not signal.SIG_IGN]
-    # blocked here and taken with sigtimedwait: no handler of vizalloc's runs, and each
-    # signal's sender is known (SIGCHLD only wakes the wait when the program ends)
+    # Blocked in this thread and taken with sigtimedwait, which tells who sent each one (SIGCHLD
+    # only wakes the wait when the program ends). Other threads (numpy's) do not block them:
+    # one of those may take a signal while this thread is not inside sigtimedwait, and a
+    # handler notes it then. (Python sets handlers in its main thread only: a run from another
+    # thread has none, and such a signal acts there as it would without vizalloc.)
     blocked = {*watched, signal.SIGCHLD}
     received: list[int] = []
     forwarded: list[int] = []
     child: list[int] = []
-    # Other threads (numpy's) do not block them: one of those may take a signal while this
-    # thread is not inside sigtimedwait. A handler then notes it (this thread runs it soon).
+    in_main = threading.current_thread() is threading.main_thread()
     handlers = {s: signal.signal(s, lambda number, frame: _pass_on(child, number, None, received, forwarded))
-                for s in watched}
+                for s in watched} if in_main else {}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     try:
         pid = _spawn(path, argv, env, stdout, stderr, mask=mask, defaults=(*watched, *_PYTHON_IGNORES))
