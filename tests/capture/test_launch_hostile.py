@@ -147,3 +147,27 @@ def test_the_sweep_table_title_is_inert(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "ev\\x1b]0;owned\\x07[bold]il.gguf: compute buffers per setting" in done.stdout.replace("\n", " ")
+
+
+DAMAGE = """
+import glob, os, sys
+sys.argv[1:] = []
+exec(open(ADD).read().replace("sys.exit(", "(lambda code: None)("))
+(capture,) = glob.glob(os.path.join(os.environ["VIZALLOC_CAPTURE_DIR"], "capture.*.vzcap"))
+with open(capture, "r+b") as f:  # its header damaged (the capture writes on at its own offset)
+    f.write(b"NOTACAPT")
+"""
+
+
+def test_a_capture_that_cannot_be_imported_is_kept(tmp_path: Path) -> None:
+    """On main the capture folder was deleted with the error: the capture was lost."""
+    prog = tmp_path / "damage.py"
+    prog.write_text(DAMAGE.replace("ADD", repr(ADD)))
+    done = run(["run", "-o", "t.vztrace", "--", sys.executable, str(prog)], tmp_path)
+    assert "out [0.0, 4.0, 16.0, 36.0]" in done.stdout
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "could not be imported: not a vizalloc capture file" in done.stderr
+    assert "the capture is kept in t.vzcap" in done.stderr
+    kept = (tmp_path / "t.vzcap").read_bytes()
+    assert kept.startswith(b"NOTACAPTE") and b"libggml-base" in kept  # the bytes as the process left them
