@@ -1,8 +1,9 @@
 """The fuzz campaigns of ``tests/capture/fuzz.py`` over the raw capture of a real ggml
 program, seeded, in one subprocess whose address space is limited: every hostile variant
-is a clear error or an accepted capture with a note (or imports unchanged), no other
-exception escapes, no case hangs, and a failed import leaves the process able to import
-the next capture. ``VIZALLOC_FUZZ_SCALE`` sizes them (1: about 15 s); ``pytest -s`` prints
+is a clear error or an accepted capture with a note (or imports unchanged; in the value
+campaigns, where a value may become another valid one, an accepted difference is counted),
+no other exception escapes, no case hangs, and a failed import leaves the process able to
+import the next capture. ``VIZALLOC_FUZZ_SCALE`` sizes them (1: about 15 s); ``pytest -s`` prints
 the counts per campaign."""
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ def test_every_truncation_point(campaigns: dict[str, dict[str, Any]]) -> None:
     assert set(c["outcomes"]) == {"error", "accepted with a note"}
 
 
-@pytest.mark.parametrize("name", ["absurd lengths", "record edits", "colliding ids"])
+@pytest.mark.parametrize("name", ["absurd lengths", "record kinds"])
 def test_structural_damage_is_never_accepted_silently(campaigns: dict[str, dict[str, Any]], name: str) -> None:
     c = campaigns[name]
     clean(c)  # "accepted, differs" is a finding here
-    assert c["outcomes"].get("error", 0) > 0.3 * c["cases"]
+    assert c["outcomes"].get("error", 0) > 0.9 * c["cases"]
 
 
-@pytest.mark.parametrize("name", ["byte flips", "tensor struct edits", "record shuffles"])
+@pytest.mark.parametrize("name", ["byte flips", "word edits", "tensor struct edits", "colliding ids",
+                                  "record shuffles"])
 def test_value_damage_never_escapes_or_hangs(campaigns: dict[str, dict[str, Any]], name: str) -> None:
     clean(campaigns[name])
 
@@ -64,7 +66,7 @@ def test_the_harness_finds_what_escapes_and_what_is_left_behind(tmp_path: Any) -
     a VizallocError, and an import that spoils the next one are all findings."""
     r = fuzz.Runner.__new__(fuzz.Runner)
     r.data, r.workdir, r.baseline = b"", str(tmp_path), ("baseline",)
-    c = fuzz.Campaign("record edits")
+    c = fuzz.Campaign("record kinds")
     original = fuzz.import_once
     try:
         fuzz.import_once = lambda data, workdir: (type("R", (), {"notes": [], "mismatches": 0, "cut_at": None})(),
