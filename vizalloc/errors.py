@@ -14,6 +14,16 @@ class VizallocError(Exception):
     exit_code: int = 2
 
 
+class Interrupted(KeyboardInterrupt):
+    """vizalloc was asked to stop (Ctrl-C, SIGTERM, SIGHUP: ``signum``) while a program it
+    ran was running; the program got the signal and ended, and the command stops as it
+    would have had no program been running (the CLI exits ``128 + signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class ShapeError(VizallocError):
     """An op was given operands whose shapes, types or strides it cannot take."""
 

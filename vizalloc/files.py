@@ -1,4 +1,5 @@
-"""Creating output files safely: the one way vizalloc creates a file.
+"""Creating output files safely: the one way vizalloc creates a file (and reads one that
+another process could have planted: :func:`read_regular`).
 
 A file is created exclusively (``O_CREAT | O_EXCL``): anything already at the path, a
 symbolic link too (even one whose target does not exist), makes it fail, so vizalloc
@@ -130,3 +131,67 @@ def create_new(path: str | os.PathLike[str], *, overwrite: bool = False, text: b
     except BaseException:
         os.close(fd)
         raise
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(mode: int) -> str:
+    """What a file that is not a regular one is (``st_mode``), for messages; '' for a regular file."""
+    if stat.S_ISREG(mode):
+        return ""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str], *, what: str = "the file", follow: bool = True) -> int:
+    """A descriptor of ``path`` opened for reading, only if it is a regular file.
+
+    A FIFO would block the open (and every read) forever, a device such as ``/dev/zero``
+    never ends, a directory cannot be read: each is refused with a ``UsageError`` naming it
+    before it is opened, and checked again on the descriptor (it may be swapped in between).
+    ``follow=False`` refuses a symbolic link too (a file in a folder that others can write).
+    """
+    name = os.fspath(path)
+    try:
+        st = os.stat(name) if follow else os.lstat(name)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    if not follow and stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{what} {name} is a symbolic link (to {os.readlink(name)}), not a file vizalloc wrote: "
+                         "it is not read")
+    kind = special_kind(st.st_mode)
+    if kind:
+        raise UsageError(f"{what} {name} is {kind}, not a regular file: it is not read")
+    flags = os.O_RDONLY | _BINARY | _CLOEXEC | getattr(os, "O_NONBLOCK", 0) | (0 if follow else _NOFOLLOW)
+    try:
+        fd = os.open(name, flags)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    kind = special_kind(os.fstat(fd).st_mode)
+    if kind:
+        os.close(fd)
+        raise UsageError(f"{what} {name} is {kind}, not a regular file: it is not read")
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, what: str = "the file",
+                 follow: bool = True) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`): as many as it had
+    when opened (a file that grows meanwhile is not followed), at most ``limit``."""
+    fd = open_regular(path, what=what, follow=follow)
+    try:
+        size = os.fstat(fd).st_size
+        want = size if limit is None else min(size, limit)
+        parts = []
+        while want > 0:
+            chunk = os.read(fd, min(want, 1 << 24))
+            if not chunk:
+                break
+            parts.append(chunk)
+            want -= len(chunk)
+        return b"".join(parts)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {os.fspath(path)}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

@@ -40,6 +40,19 @@ DEFAULT_ALIGNMENT = 32
 KEEP_STRING = 4096
 #: the most array items kept in memory per array (the vocabulary is walked, not kept)
 KEEP_ITEMS = 64
+#: The most tensors, metadata entries and items of one array a header may claim. Models have
+#: hundreds to a few thousand tensors, tens of entries, vocabularies and merges of up to a
+#: few hundred thousand; a larger count is a damaged or hostile header, refused before any
+#: of it is read (each tensor kept costs far more memory than its bytes in the file).
+MAX_TENSORS = 1 << 18
+MAX_KV = 1 << 16
+MAX_ITEMS = 1 << 23
+#: ggml's ne and nbytes are int64_t: a dimension, an element count or a byte offset past this is not a tensor
+INT64_MAX = 2**63 - 1
+# the fewest bytes one tensor info and one metadata entry take (an empty name, its dimension
+# count or value type): a count whose items cannot fit in what is left is refused at once
+_TENSOR_INFO_MIN = 8 + 4
+_KV_MIN = 8 + 4
 
 # GGUF value types
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -115,6 +128,15 @@ class _Cursor:
         self.pos += size
         return value
 
+    def count(self, n: int, at_least: int, most: int, what: str) -> int:
+        """A count from the file, refused before looping when it exceeds ``most`` or when
+        ``n`` items of ``at_least`` bytes each cannot fit in what is left of the file."""
+        self.need(n * at_least)
+        if n > most:
+            raise GGUFError(f"{self.path}: {self.what} claims {n:,} {what}, more than any model has (at most "
+                            f"{most:,}): a damaged or hostile header")
+        return n
+
     def string(self, keep: bool = True) -> str:
         n = self.unpack("<Q")
         self.need(n)
@@ -134,6 +156,8 @@ def _value(cur: _Cursor, vtype: int, depth: int = 0) -> tuple[Any, int]:
             raise GGUFError(f"{cur.path}: arrays nested deeper than 3 at byte {cur.pos:,} (not a model's metadata)")
         item_type = cur.unpack("<I")
         n = cur.unpack("<Q")
+        least = struct.calcsize(_SCALARS[item_type]) if item_type in _SCALARS else 8 if item_type == _STRING else 12
+        cur.count(n, least, MAX_ITEMS, "array items")
         if item_type in _SCALARS:
             size = struct.calcsize(_SCALARS[item_type])
             cur.need(n * size)
@@ -187,26 +211,38 @@ def _type_sizes() -> dict[int, tuple[str, int, int]]:
 
 
 def is_gguf(path: str | os.PathLike[str]) -> bool:
-    """Whether the file starts with GGUF's magic."""
+    """Whether the file starts with GGUF's magic; a ``UsageError`` for a path that is no
+    regular file (a FIFO named ``.gguf`` would block the read forever), before it is opened."""
+    from vizalloc.files import open_regular
+
+    name = os.fspath(path)
+    if os.path.isdir(name) or not os.path.exists(name):
+        return False
+    fd = open_regular(name, what="the model file")
     try:
-        with open(path, "rb") as f:
-            return f.read(4) == MAGIC
+        return os.read(fd, 4) == MAGIC
     except OSError:
         return False
+    finally:
+        os.close(fd)
 
 
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
-    """Read a GGUF file's header (see the module docstring). Raises ``GGUFError``."""
+    """Read a GGUF file's header (see the module docstring). Raises ``GGUFError``, or
+    ``UsageError`` for a path that is no regular file (refused before it is opened)."""
+    from vizalloc.files import open_regular
+
     name = os.fspath(path)
-    try:
-        f = open(name, "rb")
-    except OSError as exc:
-        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    f = os.fdopen(open_regular(name, what="the model file"), "rb")
     with f:
         size = os.fstat(f.fileno()).st_size
         if size < 4 or f.read(4) != MAGIC:
             raise GGUFError(f"{name} is not a GGUF model file (it does not start with 'GGUF')")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        try:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise GGUFError(f"cannot map {name} ({size:,} bytes) to read its header: {exc}") from None
+        with data:
             return _parse(memoryview(data), name, size)
 
 
@@ -223,6 +259,10 @@ def _parse(data: memoryview, name: str, size: int) -> GGUFHeader:
         cur.what = "the counts"
         n_tensors = cur.unpack("<Q")
         n_kv = cur.unpack("<Q")
+        cur.what = "the header"
+        cur.count(n_kv, _KV_MIN, MAX_KV, "metadata entries")
+        if n_tensors > MAX_TENSORS:
+            cur.count(n_tensors, _TENSOR_INFO_MIN, MAX_TENSORS, "tensors")
         header = GGUFHeader(name, version, 0, 0, DEFAULT_ALIGNMENT, size)
         for i in range(n_kv):
             cur.what = f"metadata entry {i + 1} of {n_kv:,}"
@@ -238,6 +278,8 @@ def _parse(data: memoryview, name: str, size: int) -> GGUFHeader:
             raise GGUFError(f"{name}: general.alignment is {align!r}, not a power of two")
         header.alignment = align
         sizes = _type_sizes()
+        cur.what = "the header"
+        cur.count(n_tensors, _TENSOR_INFO_MIN, MAX_TENSORS, "tensors")
         for i in range(n_tensors):
             cur.what = f"tensor info {i + 1} of {n_tensors:,}"
             tname = cur.string()
@@ -247,6 +289,9 @@ def _parse(data: memoryview, name: str, size: int) -> GGUFHeader:
             ne = tuple(cur.unpack("<Q") for _ in range(n_dims))
             type_id = cur.unpack("<I")
             offset = cur.unpack("<Q")
+            if any(d > INT64_MAX for d in ne) or math.prod(ne) > INT64_MAX:
+                raise GGUFError(f"{name}: tensor {tname!r} has dimensions {list(ne)}: more than 2^63-1 elements "
+                                "(ggml counts them in int64_t), a damaged or hostile header")
             if type_id not in sizes:
                 raise GGUFError(f"{name}: tensor {tname!r} has type id {type_id}, which this vizalloc does not know")
             tlabel, blck, tsize = sizes[type_id]
@@ -256,7 +301,11 @@ def _parse(data: memoryview, name: str, size: int) -> GGUFHeader:
             if offset % align:
                 raise GGUFError(f"{name}: tensor {tname!r} starts at data offset {offset}, not a multiple of the "
                                 f"alignment {align}")
-            header.tensors.append(TensorInfo(tname, ne, type_id, tlabel, offset, math.prod(ne) // blck * tsize))
+            nbytes = math.prod(ne) // blck * tsize
+            if offset + nbytes > INT64_MAX - size:
+                raise GGUFError(f"{name}: tensor {tname!r} claims its data at offset {offset:,} ({nbytes:,} bytes): "
+                                "past the largest file there can be (2^63 bytes), a damaged or hostile header")
+            header.tensors.append(TensorInfo(tname, ne, type_id, tlabel, offset, nbytes))
         header.header_end = cur.pos
         header.data_offset = (cur.pos + align - 1) // align * align
         return header
@@ -278,13 +327,20 @@ def write_metadata_only(header: GGUFHeader, output: str | os.PathLike[str], *, o
     exclusively, never through a link); the bytes written."""
     from vizalloc.files import create_new
 
-    with open(header.path, "rb") as src:
-        head = src.read(header.header_end)
+    from vizalloc.files import read_regular
+
+    head = read_regular(header.path, header.header_end, what="the model file")
     if len(head) != header.header_end:
         raise GGUFError(f"{header.path} changed while it was read (its header is now shorter)")
+    end = max(header.data_end, header.data_offset)
     with create_new(output, overwrite=overwrite, flag="-f") as out:
         out.write(head)
         out.write(b"\0" * (header.data_offset - header.header_end))
         out.flush()
-        os.ftruncate(out.fileno(), max(header.data_end, header.data_offset))
+        try:
+            os.ftruncate(out.fileno(), end)
+        except (OSError, OverflowError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise GGUFError(f"{header.path}: its tensor data would end at byte {end:,}, more than a file can hold "
+                            f"here ({why}); the header claims more than any real model") from None
     return header.data_offset

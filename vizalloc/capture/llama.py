@@ -154,6 +154,11 @@ def filter_log(verbose: bool) -> None:
 
     A message of several lines continues on lines without the timestamp; those follow the
     message's fate, unless they say something failed (ggml's own asserts print no prefix)."""
+    import signal
+
+    # the terminal's Ctrl-C reaches this process too: it ends when the driver does (its stdin
+    # closes), after passing on what llama.cpp wrote last, never with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out, back = sys.stderr.buffer, sys.stdout.buffer
     hiding = False
     for raw in sys.stdin.buffer:
@@ -271,6 +276,28 @@ class _LlamaLog:
         self.drain(timeout=5.0)
 
 
+class _StopAtCtrlC:
+    """Ctrl-C during llama.cpp's own work ends the process at once, as it ends llama-cli.
+
+    Python's KeyboardInterrupt waits for the main thread to come back from C++ (after the
+    whole generation); inside, SIGINT is given its default action instead. Under vizalloc's
+    capture the capture's own handler is there already (it writes out what it holds first)
+    and is kept."""
+
+    def __enter__(self) -> None:
+        import signal
+
+        self.saved = signal.getsignal(signal.SIGINT)
+        if self.saved is signal.default_int_handler:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.saved is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.saved)
+
+
 def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
     """Load the model, create the context (llama.cpp's worst-case reserve), generate
     ``settings.generate`` tokens, free everything; what llama.cpp reported."""
@@ -306,7 +333,7 @@ def run_llama(settings: LlamaSettings, *, verbose: bool = False) -> LlamaRun:
     if settings.threads:
         p.cpuparams.n_threads = settings.threads
         p.cpuparams_batch.n_threads = settings.threads
-    with _LlamaLog(run, verbose) as log:
+    with _LlamaLog(run, verbose) as log, _StopAtCtrlC():
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             server = x.Server(p)

@@ -525,7 +525,9 @@ def _place(c: _Cursor) -> Place:
 def _buffer(c: _Cursor) -> BufferInfo:
     lib, buffer, buft, base, size, usage, how, owner, call = (c.i64(), c.u64(), c.u64(), c.u64(), c.u64(),
                                                               c.i64(), c.i64(), c.u64(), c.u64())
-    return BufferInfo(lib, buffer, buft, base, size, usage, BufferHow(how & 7), owner, call)
+    if not 0 < how <= 7:
+        raise CaptureFormatError(f"capture record at byte {c.where - 8} has an unknown buffer kind {how}")
+    return BufferInfo(lib, buffer, buft, base, size, usage, BufferHow(how), owner, call)
 
 
 def _hello(c: _Cursor) -> Hello:
@@ -606,6 +608,25 @@ def _decode(kind: int, c: _Cursor, pending: dict[int, _Pending]) -> Record | Non
     return decoder(c, pending)
 
 
+#: No process has more address space than 64 bits, nor a buffer larger than Linux's 57-bit user space.
+_ADDRESS_SPACE = 2**64
+_LARGEST_BUFFER = 2**57
+
+
+def _check(record: Record, pos: int) -> None:
+    """Values no real process writes: refused, so that a damaged capture is never replayed as
+    if it were one."""
+    if isinstance(record, BufferInfo):
+        if record.size > _LARGEST_BUFFER or record.base + record.size > _ADDRESS_SPACE:
+            raise CaptureFormatError(f"capture record at byte {pos} describes a buffer of {record.size:,} bytes at "
+                                     f"{record.base:#x}: no process has that much address space")
+    elif isinstance(record, (Call, Return)) and record.call <= 0:
+        raise CaptureFormatError(f"capture record at byte {pos} names call {record.call} (calls count from 1)")
+    if isinstance(record, (Hello, Call, Return)) and record.t_ns >= 2**63:
+        raise CaptureFormatError(f"capture record at byte {pos} is stamped {record.t_ns:,} ns: no clock reads that "
+                                 "(2^63 ns are 292 years)")
+
+
 def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
     """Every complete record of a capture file's bytes, and where the file was cut (or None).
 
@@ -642,8 +663,13 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
         if pos + 8 + length > end:
             cut_at = pos
             break
-        record = _decode(kind, _Cursor(data, pos + 8, pos + 8 + length), pending)
+        cursor = _Cursor(data, pos + 8, pos + 8 + length)
+        record = _decode(kind, cursor, pending)
+        if cursor.left:  # a length that does not match the content: the record is not what it says
+            raise CaptureFormatError(f"capture record at byte {pos} (kind {kind}) says {length} bytes, but its content "
+                                     f"ends {cursor.left} bytes before that")
         if record is not None:
+            _check(record, pos)
             records.append(record)
         pos += 8 + length
     if pending and cut_at is None:  # a call whose lists were cut off: the file ends inside it

@@ -47,7 +47,7 @@ from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator, TensorAllocator
 from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
 from vizalloc.runtime.backends.base import NOOP_OPS
-from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
+from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, own_addresses
 from vizalloc.runtime.context import Context
 from vizalloc.runtime.dtype import DType
 from vizalloc.runtime.graph import Graph
@@ -239,7 +239,8 @@ class Importer:
             rf.SchedInfo: self._sched, rf.Bye: self._bye, rf.Note: self._note, rf.AllocSize: self._alloc_size,
             rf.BackendInfo: self._backend, rf.TensorIo: self._io, rf.Thread: self._thread,
         }
-        with recorder.replaying(lambda: self.now, lambda: self.loc):
+        # the mirrors die with the import: their addresses are the next import's too
+        with recorder.replaying(lambda: self.now, lambda: self.loc), own_addresses():
             index = 0
             try:
                 for index, record in enumerate(self.records):
@@ -419,14 +420,14 @@ class Importer:
         old = self.buffers.get(r.buffer)
         if old is not None and r.how & rf.BufferHow.SEEN:
             return  # already known (a buffer described again after the capture forgot it)
+        buft = self.bufts.get(r.buft)
+        if buft is None:  # checked first: a graph allocator's chunk was paired without its type
+            raise CaptureImportError(f"buffer {r.buffer:#x} names a buffer type never described")
         owner = self.gallocs.get(r.owner_galloc) if r.owner_galloc else None
         call = self._replay_call()
         if owner is not None and call is not None and call.galloc is owner:
             self._pair_chunk(call, r)
             return
-        buft = self.bufts.get(r.buft)
-        if buft is None:
-            raise CaptureImportError(f"buffer {r.buffer:#x} names a buffer type never described")
         if r.how & rf.BufferHow.MULTI:
             self._add_buffer(_RealBuffer(r.buffer, 0, r.size, None))
             return
@@ -876,6 +877,9 @@ class Importer:
         if not self.stack or self.stack[-1].call.call != r.call:
             raise rf.CaptureFormatError(f"call {r.call} ({r.kind.function}) returns but is not the innermost open call")
         open_ = self.stack[-1]
+        if r.kind != open_.call.kind:
+            raise rf.CaptureFormatError(f"call {r.call} began as {open_.call.kind.function} but returns as "
+                                        f"{r.kind.function}")
         if open_.replayed:
             self._verify(open_)
             self._check_return(open_, r)

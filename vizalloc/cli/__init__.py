@@ -117,7 +117,94 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.
+
+    Two ways a user ends a command are handled here, once for every command: Ctrl-C (and
+    SIGTERM/SIGHUP while a program runs under ``vizalloc run`` or ``explain MODEL``) stops
+    it at once with ``128 + N`` (130), and a reader that closes the pipe early
+    (``vizalloc summary T | head -1``) ends its output quietly: what the command writes
+    afterwards is dropped and it ends with its usual exit code (``check``: 1 only for findings).
+    """
+    guards = _PipeGuard.install()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C before or after the command's own work
+        return _interrupted(exc)
+    finally:
+        for name, _ in guards:
+            getattr(sys, name).flush()  # what is buffered, while a closed pipe is still caught
+        _PipeGuard.remove(guards)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    import signal
+
+    number = getattr(exc, "signum", signal.SIGINT)
+    try:
+        print("interrupted" if number == signal.SIGINT else f"stopped by signal {number}", file=sys.stderr)
+    except OSError:
+        pass
+    return 128 + int(number)
+
+
+class _PipeGuard:
+    """``sys.stdout`` / ``sys.stderr`` for a command: when the reader of a pipe has gone
+    (EPIPE), the stream's descriptor is pointed at /dev/null and the write reports success,
+    so the command finishes as it would have and returns its own exit code; nothing more
+    reaches the pipe and no traceback or "Exception ignored" is printed."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    @classmethod
+    def install(cls) -> list[tuple[str, Any]]:
+        """Guard the process's own stdout and stderr (not a test's captured streams)."""
+        saved = []
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and stream is getattr(sys, f"__{name}__"):
+                saved.append((name, stream))
+                setattr(sys, name, cls(stream))
+        return saved
+
+    @staticmethod
+    def remove(saved: list[tuple[str, Any]]) -> None:
+        for name, stream in saved:
+            setattr(sys, name, stream)
+
+    def _closed(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null
+            except OSError:
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only=_chosen(words))
     try:
@@ -133,10 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a message may quote names and paths from the file or the program: shown inert
         print(f"vizalloc {args.command}: error: {inert_lines(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    except BrokenPipeError:  # a write that went around the guards (a binary stream): the reader left
         return 0
     except MemoryError:
         print(f"vizalloc {args.command}: error: out of memory: this process may not use the memory the command "

@@ -29,14 +29,16 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     settings = settings_of(args)
     name = os.path.basename(args.input)
     progress = _Progress(len(settings)) if len(settings) > 1 else None
+    finished = False
     try:
         runs = explain_model(args.input, settings, metadata_only=args.metadata_only, device=args.device,
                              n_gpu_layers=args.n_gpu_layers, threads=args.threads, keep_trace=args.trace,
                              force=args.force, build=args.llama_build,
                              on_start=(lambda i, s: progress.start(i, _setting_text(s))) if progress else None)
+        finished = True
     finally:
         if progress is not None:
-            progress.stop()
+            progress.stop(done=finished)  # an interrupted sweep keeps the count it reached
     source = {"kind": "model", "path": args.input, "architecture": runs[0].architecture,
               "metadata_only": bool(args.metadata_only), "device": args.device}
     if len(runs) == 1:
@@ -142,8 +144,9 @@ class _Progress:
     def start(self, i: int, text: str) -> None:
         self.progress.update(self.task, completed=i, description=text)
 
-    def stop(self) -> None:
-        self.progress.update(self.task, completed=self.progress.tasks[0].total, description="done")
+    def stop(self, done: bool = True) -> None:
+        if done:  # an interrupted sweep keeps the count it reached
+            self.progress.update(self.task, completed=self.progress.tasks[0].total, description="done")
         self.progress.stop()
 
 
@@ -176,12 +179,13 @@ def _sweep_output(args: argparse.Namespace, out_kind: str, runs: list[ModelRun],
         sys.stdout.write(json.dumps(sweep_dict(points, docs), indent=1) + "\n")
     else:
         console = stdout_console()
-        table = Table(title=f"{name}: compute buffers per setting (each in a fresh llama.cpp process)",
-                      title_justify="left", show_edge=False, pad_edge=False)
+        # the file's name and the buffer types' are data: inert, and Text (not rich markup)
+        table = Table(title=Text(f"{inert(name, 200)}: compute buffers per setting (each in a fresh llama.cpp "
+                                 "process)"), title_justify="left", show_edge=False, pad_edge=False)
         for col in ("n_ctx", "ubatch", "fa"):
             table.add_column(col, justify="right")
         for t in titles:
-            table.add_column(t.replace(" compute buffer", " compute, B"), justify="right")
+            table.add_column(Text(inert(t.replace(" compute buffer", " compute, B"), 80)), justify="right")
             table.add_column("MiB", justify="right")
             table.add_column("llama.cpp", justify="right")
         table.add_column("largest at the peak", overflow="fold")

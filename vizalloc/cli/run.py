@@ -22,8 +22,15 @@ vizalloc's own messages go to stderr, so the script's stdout stays its own.
 Exit codes: the script's or program's own (0 when it ends normally, 1 on a Python
 exception, 128+N when a program is killed by signal N); with --check, 1 when it
 succeeded but the trace has hazards (re-plans aside); 2 when the output exists without
--f, the script or program cannot be found, or tracing a real program is not possible
-here (no C compiler, not Linux).
+-f, the script or program cannot be found or executed, tracing a real program is not
+possible here (no C compiler, not Linux), or a program that succeeded left a capture that
+could not be imported (it is kept beside the trace, and the report says why).
+
+Signals: Ctrl-C reaches the program from the terminal; SIGINT, SIGTERM and SIGHUP sent to
+vizalloc (kill, timeout) are passed on to it. vizalloc waits for the program and then
+imports what it captured: the trace holds what ran, the exit code is the program's.
+The -o file is created, empty, when the run starts; a program that replaces or writes it
+meanwhile does not lose the trace, which goes to a free name beside it (NAME.1.vztrace).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import traceback
 from typing import Any
 
 from vizalloc.errors import UsageError
-from vizalloc.text import inert_lines
+from vizalloc.text import inert, inert_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -126,19 +133,27 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     if args.output:
         check_new(args.output, overwrite=args.force, flag="-f", other="use -o to choose another name")
     err = sys.stderr
-    traced = trace_program(argv, args.output, force=args.force)
+    traced = trace_program(argv, args.output, force=args.force, keep_interrupted=True)
     finished = traced.finished
     how = (f"killed by signal {finished.signal}{_signal_name(finished.signal)}, exit code {finished.exit_code}"
            if finished.signal is not None else f"exit code {finished.exit_code}")
-    err.write(f"vizalloc run: {argv[0]} ended ({how})\n")
+    name = inert(argv[0], 200)  # the program's name is the user's, or a script's: shown inert
+    err.write(f"vizalloc run: {name} ended ({how})\n")
+    for number in dict.fromkeys(finished.received):
+        how = ("vizalloc passed it on to the program" if number in finished.forwarded else
+               "the terminal sent it to the program too")
+        err.write(f"  vizalloc got signal {number}{_signal_name(number)} while {name} ran ({how}); what it "
+                  "captured until it ended is imported below\n")
+    for note in traced.notes:
+        err.write(f"  note: {inert(note, 2000)}\n")
     if finished.signal == signal.SIGKILL and finished.captures:
         err.write("  SIGKILL reaches no handler: the trace holds every record the capture had made by then (it copies "
                   "each into a memory map of its file)\n")
     code = finished.exit_code
     for path, result in traced.traces:
-        err.write(f"  pid {result.pid}: {path}\n")
+        err.write(f"  pid {result.pid}: {inert(path)}\n")
         for lib in result.libraries:
-            err.write(f"    ggml {lib.version} from {lib.path}\n")
+            err.write(f"    ggml {inert(lib.version, 100)} from {inert(lib.path, 400)}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
@@ -149,19 +164,21 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                 real = ("allocated by the process: none" if b.allocated is None else
                         "the same as the process allocated" if b.allocated == b.planned else
                         f"the process allocated {b.allocated:,} bytes")
-                err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
+                err.write(f"    {inert(b.buft, 100)} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
         for note in result.notes:
             if note != result.incomplete:
-                err.write(f"    note: {note}\n")
+                err.write(f"    note: {inert(note, 2000)}\n")
         if result.cut_at is not None:
             err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
         if result.incomplete:
             # the program's exit code stands; the trace says it is partial, and check fails on it
-            err.write(f"    INCOMPLETE: {result.incomplete}\n    the trace holds only what was captured before that; `vizalloc check` "
-                      "reports it as incomplete-capture\n")
+            err.write(f"    INCOMPLETE: {inert(result.incomplete, 2000)}\n    the trace holds only what was captured before "
+                      "that; `vizalloc check` reports it as incomplete-capture\n")
+    if traced.refused and code == 0:
+        code = 2  # the program succeeded, but what it captured is not all in a trace (the notes say why)
     if traced.traces:
         first = traced.traces[0][0]
-        err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {first}\n" for cmd in ("summary", "check", "tui")))
+        err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {inert(first)}\n" for cmd in ("summary", "check", "tui")))
     if args.check:
         found = any(_check(str(path), err) for path, _ in traced.traces)
         if code == 0 and found:

@@ -20,9 +20,11 @@ makes such a use raise ``DanglingPointerError`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import operator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -56,14 +58,38 @@ def is_strict() -> bool:
     return _strict
 
 
+#: The simulated address space ends where a trace's signed 64-bit integers do.
+ADDRESS_END = 2**63
+
+
 def _reserve_addresses(nbytes: int, alignment: int = 64) -> int:
     # bases honour the buffer type's alignment when it exceeds 64, as device allocators
     # do (cudaMalloc gives 256), so the first tallocr offset is always 0
     global _next_address
     align = max(64, alignment)
     base = (_next_address + align - 1) & ~(align - 1)
-    _next_address = (base + max(nbytes, 1) + _ADDRESS_GAP + 63) & ~63
+    end = (base + max(nbytes, 1) + _ADDRESS_GAP + 63) & ~63
+    if end > ADDRESS_END:  # refused before anything changes: the next buffer is unaffected
+        raise AllocationError(f"a buffer of {nbytes:,} bytes does not fit in the simulated 63-bit address space "
+                              f"({ADDRESS_END - base:,} bytes are left above {base:#x})", requested=nbytes,
+                              available=ADDRESS_END - base)
+    _next_address = end
     return base
+
+
+@contextlib.contextmanager
+def own_addresses() -> Iterator[None]:
+    """Addresses handed out inside are given out again after it: for work whose buffers all
+    die with it (a captured process replayed, ``vizalloc.capture``), so that what one such
+    replay reserved (a hostile capture: buffers of 2^62 bytes) never shrinks the address
+    space of the next one, and every replay starts at the same addresses. Buffers made
+    before it keep their addresses unique."""
+    global _next_address
+    saved = _next_address
+    try:
+        yield
+    finally:
+        _next_address = saved
 
 
 def whole_number(v: Any) -> int | None:
