@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vizalloc.capture.rawfile import HEADER_SIZE
 from vizalloc.errors import VizallocError
 
 from tests.trace.fuzz import ABSURD, scale
@@ -64,8 +65,10 @@ def real_capture() -> bytes:
 
 def records_of(data: bytes) -> list[tuple[int, int, int]]:
     """(offset, kind, payload length) of each record of an intact capture."""
-    out, pos = [], 16
-    while pos + 8 <= len(data):
+    # the records start after the header and end where it says (zero fill of the map after them)
+    end = int.from_bytes(data[16:24], "little") or len(data)
+    out, pos = [], HEADER_SIZE
+    while pos + 8 <= end:
         kind, _, length = struct.unpack_from("<HHI", data, pos)
         out.append((pos, kind, length))
         pos += 8 + length
@@ -273,7 +276,10 @@ def shuffles(r: Runner, n: int, seed: int) -> Campaign:
             parts.insert(i, parts[i])
         else:
             parts[i], parts[j] = parts[j], parts[i]
-        r.run(c, f"shuffle {k} ({('drop', 'repeat', 'swap')[how]} {i} {j})", r.data[:16] + b"".join(parts))
+        body = b"".join(parts)
+        head = bytearray(r.data[:HEADER_SIZE])
+        head[16:24] = (HEADER_SIZE + len(body)).to_bytes(8, "little")  # where the records now end
+        r.run(c, f"shuffle {k} ({('drop', 'repeat', 'swap')[how]} {i} {j})", bytes(head) + body)
     return c
 
 

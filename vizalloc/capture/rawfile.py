@@ -644,7 +644,8 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
     pending: dict[int, _Pending] = {}
     # the records end where the header says; what follows is zero fill, unless a kill cut a record's copy short
     # (0: not said, as in a file written by other means than the capture's map: to the file's end)
-    claimed = int.from_bytes(data[16:24], "little") or len(data)
+    said = int.from_bytes(data[16:24], "little")
+    claimed = said or len(data)
     pos, end = HEADER_SIZE, min(len(data), max(claimed, HEADER_SIZE))
     cut_at: int | None = None
     if claimed > len(data) or bytes(data[end:end + MAX_RECORD + 8]).strip(b"\0"):
@@ -655,12 +656,17 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
             break
         kind = int.from_bytes(data[pos:pos + 2], "little")
         length = int.from_bytes(data[pos + 4:pos + 8], "little")
-        if kind == 0 and length == 0:  # zero fill after a crash: nothing more was written
+        if kind == 0 and length == 0 and not said:  # zero fill after a crash: nothing more was written
             cut_at = pos
             break
         if length > MAX_RECORD:
             raise CaptureFormatError(f"capture record at byte {pos} claims {length} bytes (at most {MAX_RECORD})")
         if pos + 8 + length > end:
+            if said and said <= len(data):
+                # the header moves past a record only once all of it is in the map: a record that
+                # runs past the end it gives was not cut by a kill, it is damaged
+                raise CaptureFormatError(f"capture record at byte {pos} (kind {kind}) claims {length} bytes, past "
+                                         f"byte {said:,}, where the header says the complete records end")
             cut_at = pos
             break
         cursor = _Cursor(data, pos + 8, pos + 8 + length)
