@@ -51,11 +51,23 @@ _SCHED_COMPUTES = frozenset({rf.CallKind.SCHED_COMPUTE, rf.CallKind.SCHED_COMPUT
 
 
 class CaptureImportError(VizallocError):
-    """A capture cannot be replayed (a type or op this vizalloc does not know, a graph that
-    names a tensor never described)."""
+    """A capture cannot be replayed (a graph that names a tensor never described, a layout
+    this vizalloc cannot read). ``tensor``: the tensor concerned, ``missing``: what the
+    capture lacked (both "" when unknown); the import records them in the trace as a
+    ``CaptureIncomplete`` event and stops there."""
+
+    def __init__(self, message: str, *, tensor: str = "", missing: str = "") -> None:
+        super().__init__(message)
+        self.tensor = tensor
+        self.missing = missing
 
 
 _USAGES = {0: Usage.ANY, 1: Usage.WEIGHTS, 2: Usage.COMPUTE}
+#: records that describe things a later record names
+_DESCRIPTIONS = (rf.TensorBytes, rf.TypeInfo, rf.OpInfo, rf.BufferTypeInfo, rf.BufferInfo, rf.Library, rf.AllocSize,
+                 rf.Note)
+_IO_FUNCTIONS = {rf.IoKind.SET: "ggml_backend_tensor_set", rf.IoKind.GET: "ggml_backend_tensor_get",
+                 rf.IoKind.MEMSET: "ggml_backend_tensor_memset", rf.IoKind.COPY: "ggml_backend_tensor_copy"}
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ class ImportResult:
     computes: int = 0
     buffers: int = 0
     notes: list[str] = field(default_factory=list)
+    #: why the import stopped before the capture's end ("" if it did not): the trace holds
+    #: what came before, and a ``CaptureIncomplete`` event says so
+    incomplete: str = ""
     #: the buffers of each graph allocator's last plan, as replayed and as the process had them
     compute_buffers: list[ComputeBuffer] = field(default_factory=list)
 
@@ -185,6 +200,7 @@ class Importer:
         self._compute_ids = itertools.count()
         self._placeholder: Buffer | None = None
         self._buffer_sizes: dict[int, list[ComputeBuffer]] = {}
+        self._at = 0  # the record being imported
 
     # -- driving -------------------------------------------------------------------------
     def run(self) -> ImportResult:
@@ -200,14 +216,53 @@ class Importer:
             rf.BackendInfo: self._backend, rf.TensorIo: self._io,
         }
         with recorder.replaying(lambda: self.now, lambda: self.loc):
-            for record in self.records:
-                if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
+            index = 0
+            try:
+                for index, record in enumerate(self.records):
+                    self._at = index
+                    if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
+                        self._sync_dirty()
+                    handlers[type(record)](record)  # type: ignore[operator]
+                index = len(self.records)
+                if self.dirty:
                     self._sync_dirty()
-                handlers[type(record)](record)  # type: ignore[operator]
-            if self.dirty:
-                self._sync_dirty()
+            except (CaptureImportError, rf.CaptureFormatError) as exc:
+                self._stop(index, exc)
+            else:
+                if self.result.cut_at is not None:
+                    self._incomplete(len(self.records), "", "", "the rest of the capture",
+                                     f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "
+                                     "the process stopped mid-write, and what it did after its last flush is lost")
         self.result.compute_buffers = self._compute_buffers()
         return self.result
+
+    def _stop(self, index: int, exc: VizallocError) -> None:
+        """The import cannot go on at record ``index``: say where and why, in the trace too."""
+        call = self._call_at(index)
+        tensor = getattr(exc, "tensor", "")
+        missing = getattr(exc, "missing", "") or "a record the import needs"
+        where = f" in {call}" if call else ""
+        self._incomplete(index, call, tensor, missing,
+                         f"the import stopped at record {index:,} of {len(self.records):,}{where}: {exc}")
+
+    def _call_at(self, index: int) -> str:
+        """The ggml call record ``index`` belongs to: the capture describes a call's tensors
+        just before its own record (or a placement's, an access's), so it is the next record
+        that is not a description, else the innermost open call."""
+        for record in itertools.islice(self.records, index, index + 4096):
+            if isinstance(record, rf.Call):
+                return record.kind.function
+            if isinstance(record, rf.Place):
+                return "ggml_backend_tensor_alloc" if record.kind == rf.PlaceKind.TENSOR_ALLOC else "ggml_backend_view_init"
+            if isinstance(record, rf.TensorIo):
+                return _IO_FUNCTIONS[record.kind]
+            if not isinstance(record, _DESCRIPTIONS):
+                break
+        return self.stack[-1].call.kind.function if self.stack else ""
+
+    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str) -> None:
+        self.result.incomplete = reason
+        recorder.emit(ev.CaptureIncomplete, index, len(self.records), call, tensor, missing, reason)
 
     # -- process and library -------------------------------------------------------------
     def _hello(self, r: rf.Hello) -> None:
@@ -225,6 +280,8 @@ class Importer:
                     "ggml 0.15.3 to 0.26.0)")
             self.result.notes.append(note)
             recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
+            # nothing this ggml does is recorded from here on: the trace cannot speak for it
+            self._incomplete(self._at, "", "", f"every call of the ggml at {r.path}", note)
             return
         rules = rules_for(r.version)
         self.rules[r.lib] = rules
@@ -394,10 +451,12 @@ class Importer:
         m = self.tensors.get(address)
         return m.tensor if m is not None else None
 
-    def _mirror_of(self, address: int, what: str) -> Tensor:
+    def _mirror_of(self, address: int, what: str, tensor: str = "") -> Tensor:
         m = self.tensors.get(address)
         if m is None:
-            raise CaptureImportError(f"the capture names {what} at {address:#x} before describing it")
+            raise CaptureImportError(f"the capture names {what} at {address:#x} before describing it",
+                                     tensor=tensor or f"{address:#x}",
+                                     missing=f"the description of the tensor at {address:#x}")
         return m.tensor
 
     def _new_mirror(self, lib: int, s: TensorStruct) -> _Mirror:
@@ -405,14 +464,22 @@ class Importer:
         op_name = self.ops.get((lib, 0, s.op_id))
         if dtype is None or op_name is None:
             raise CaptureImportError(f"tensor {s.name!r} at {s.address:#x} has a type or op never described")
-        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a else None for k, a in enumerate(s.src)]
-        view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}") if s.view_src else None
+        # ggml_cast makes its result its own second source: the slot is set once the tensor exists
+        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}", s.name) if a and a != s.address else None
+                for k, a in enumerate(s.src)]
+        view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}", s.name) if s.view_src else None
         params = _op_params(s, op_name, self.ops, lib)
         original = self._copied(s)
         t = self._ctx(lib).new_tensor_impl(
             dtype, s.ne, view_src, s.view_offs, nb=s.nb, op=Op[op_name], src=srcs, op_params=params, name=s.name,
             copy_of=original,
         )
+        for k, a in enumerate(s.src):
+            if a and a == s.address:
+                while len(t.src) <= k:
+                    t.src.append(None)
+                t.src[k] = t
+                recorder.emit(ev.TensorSrcSet, t.id, k, t.id)
         if s.flags:
             t._set_flags(s.flags)
         m = _Mirror(t, s, lib, original)
@@ -486,20 +553,14 @@ class Importer:
                 buffer = self._placeholder_buffer()
             t.buffer = buffer
             return True
-        if where is not None and t.data is not None and t.storage is where[0] and t.offset == where[1]:
-            return False
-        if t.data is not None:
+        if where is None:  # the real tensor lost its memory
             memory.clear_tensor_pointers(t, by="program")
-        if where is not None:
-            buf, offset = where
-            t.buffer = buf if t.view_src is None else None
-            t.data = buf.base + offset
-            t.storage = buf
-            original = m.copy_of
-            if original is not None and original.storage is buf and original.offset == offset:
-                by = ev.PlacedBy.COPY
-            recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
-        return True
+            return True
+        buf, offset = where
+        original = m.copy_of
+        if original is not None and original.storage is buf and original.offset == offset:
+            by = ev.PlacedBy.COPY
+        return memory.observe_placement(t, buf, offset, names_buffer=bool(m.struct.buffer), by=by)
 
     def _placeholder_buffer(self) -> Buffer:
         if self._placeholder is None:

@@ -150,9 +150,14 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                         f"the process allocated {b.allocated:,} bytes")
                 err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
         for note in result.notes:
-            err.write(f"    note: {note}\n")
+            if note != result.incomplete:
+                err.write(f"    note: {note}\n")
         if result.cut_at is not None:
             err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
+        if result.incomplete:
+            # the program's exit code stands; the trace says it is partial, and check fails on it
+            err.write(f"    INCOMPLETE: {result.incomplete}\n    the trace holds what came before; `vizalloc check` "
+                      "reports it as incomplete-capture\n")
     if traced.traces:
         first = traced.traces[0][0]
         err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {first}\n" for cmd in ("summary", "check", "tui")))

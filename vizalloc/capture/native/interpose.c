@@ -821,6 +821,8 @@ VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
 typedef struct {
     uintptr_t addr;
     uint64_t pass; /* the graph pass that last looked at it */
+    uint64_t walk; /* the walk of put_tensor_deep that last reached it */
+    int deep;      /* its ancestors were described when its bytes were last written */
     unsigned char bytes[TENSOR_SIZE_KNOWN];
 } tslot;
 VZ_LOCAL tslot *g_tensors;
@@ -846,6 +848,8 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
     if (g_tensors[j].addr == 0) {
         g_tensors[j].addr = addr;
         g_tensors[j].pass = 0;
+        g_tensors[j].walk = 0;
+        g_tensors[j].deep = 0;
         memset(g_tensors[j].bytes, 0xff, TENSOR_SIZE_KNOWN); /* never equal to a real tensor */
         g_tcount++;
     }
@@ -897,20 +901,76 @@ VZ_LOCAL void put_tensor(ggml_lib *L, const void *t) {
     rec_end(&r);
 }
 
-/* a tensor, its sources and its view root */
-VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
-    if (t == NULL) return;
-    const void *vs = RD(void *, t, OFF_VIEW_SRC);
-    if (vs) put_tensor(L, vs);
-    for (int k = 0; k < MAX_SRC; k++) {
-        const void *s = RD(void *, t, OFF_SRC + 8 * k);
-        if (s) {
-            const void *svs = RD(void *, s, OFF_VIEW_SRC);
-            if (svs) put_tensor(L, svs);
-            put_tensor(L, s);
+/* A tensor and every tensor it reaches (sources and view roots, transitively), ancestors
+ * first: the reader must know each tensor before one names it, and a tensor may reach
+ * tensors no graph of the allocator ever lists (ggml-opt's loss reads the outputs, which read
+ * tensors of the program's own graph). A tensor whose bytes did not change since it was
+ * written with its ancestors is not walked again, so placing the nodes of a graph one by one
+ * costs a few tensors each. ggml_cast makes a tensor its own source: the walk skips what it
+ * is already inside. */
+typedef struct {
+    const void *t;
+    int next; /* the next edge to follow: 0 the view root, 1..MAX_SRC the sources */
+} walk_item;
+VZ_LOCAL walk_item *g_walk;
+VZ_LOCAL size_t g_walk_cap;
+VZ_LOCAL uint64_t g_walks;
+
+VZ_LOCAL int walk_push(size_t *n, const void *t) {
+    if (*n == g_walk_cap) {
+        size_t ncap = g_walk_cap ? g_walk_cap * 2 : 256;
+        walk_item *w = realloc(g_walk, ncap * sizeof *w);
+        if (w == NULL) {
+            g_disabled = 1;
+            return 0;
         }
+        g_walk = w;
+        g_walk_cap = ncap;
     }
-    put_tensor(L, t);
+    g_walk[*n].t = t;
+    g_walk[*n].next = 0;
+    (*n)++;
+    return 1;
+}
+
+/* whether the walk goes into t's ancestors (it was not reached yet, and it changed or was
+ * never written with them) */
+VZ_LOCAL int walk_enter(const void *t, uint64_t walk) {
+    tslot *s = tensor_slot((uintptr_t)t);
+    if (s == NULL) return 1;
+    if (s->walk == walk || (g_pass && s->pass == g_pass)) return 0;
+    s->walk = walk;
+    return !(s->deep && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0);
+}
+
+VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
+    if (t == NULL || L->status < 0 || !tensor_layout_ok(L, t)) return;
+    uint64_t walk = ++g_walks;
+    size_t n = 0;
+    if (!walk_enter(t, walk)) {
+        put_tensor(L, t);
+        return;
+    }
+    if (!walk_push(&n, t)) return;
+    while (n > 0) {
+        walk_item *top = &g_walk[n - 1];
+        const void *cur = top->t, *next = NULL;
+        while (next == NULL && top->next <= MAX_SRC) {
+            int k = top->next++;
+            const void *c = k == 0 ? RD(void *, cur, OFF_VIEW_SRC) : RD(void *, cur, OFF_SRC + 8 * (k - 1));
+            if (c == NULL || c == cur) continue;
+            if (walk_enter(c, walk)) next = c;
+            else put_tensor(L, c); /* written already, or unchanged: put_tensor finds out cheaply */
+        }
+        if (next != NULL) {
+            if (!walk_push(&n, next)) return;
+            continue;
+        }
+        put_tensor(L, cur);
+        tslot *s = tensor_slot((uintptr_t)cur);
+        if (s) s->deep = 1;
+        n--;
+    }
 }
 
 /* every tensor of a graph (leafs first: they are what the nodes read) */
