@@ -73,3 +73,13 @@ def test_a_second_context_at_the_first_ones_addresses(tmp_path: Path) -> None:
     views = [e.buffer_id for e in events if isinstance(e, ev.TensorPlaced) and e.by is ev.PlacedBy.VIEW_INIT
              and names[e.tensor_id] == "cache_k_l0 (view)"]
     assert views == kv
+
+
+def test_two_backends_of_one_kind_share_one_compute_buffer(tmp_path: Path) -> None:
+    # ggml's graph allocator gives slots of one buffer type one buffer: it is reported once
+    done = run(["run", "-o", "t.vztrace", "--", sys.executable, str(PROGRAMS / "two_cpu_backends.py"), "2"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "out [0.0, 1.0, 2.0]" in done.stdout
+    lines = [line.strip() for line in done.stderr.splitlines() if "compute buffer" in line]
+    assert lines == ["CPU compute buffer: 256 bytes planned by the replay, the same as the process allocated"], lines
+    assert "0 replay difference(s)" in done.stderr

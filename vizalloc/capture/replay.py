@@ -767,12 +767,17 @@ class Importer:
             self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", open_)
         ga = open_.galloc.ga if open_.galloc else None
         if ga is not None and open_.sizes is None:
-            real = [rb for rb in self.buffers.values() if rb.galloc == open_.call.obj]
-            sizes = []
-            for i, buft in enumerate(ga.bufts):
-                held = [rb.size for rb in real if self.bufts.get(rb.buft) is buft]
-                sizes.append(ComputeBuffer(buft.name, ga.buffer_size(i), sum(held) if held else None))
-            self._buffer_sizes[id(ga)] = sizes
+            # slots of one buffer type share one buffer (ggml_gallocr_reserve_n: two CPU
+            # backends in one scheduler): it is counted once, for the first of them
+            first = [next(j for j, b in enumerate(ga.bufts) if b is buft) for buft in ga.bufts]
+            held: dict[int, list[int]] = {}
+            for rb in self.buffers.values():
+                if rb.galloc == open_.call.obj:
+                    buft = self.bufts.get(rb.buft)
+                    held.setdefault(next((i for i, b in enumerate(ga.bufts) if b is buft), -1), []).append(rb.size)
+            self._buffer_sizes[id(ga)] = [
+                ComputeBuffer(buft.name, ga.buffer_size(i), sum(held[i]) if i in held else None)
+                for i, buft in enumerate(ga.bufts) if first[i] == i]
         elif ga is not None and open_.sizes is not None:
             # a measurement without buffers (llama.cpp's no_alloc): what the buffers would need
             self._buffer_sizes[id(ga)] = [ComputeBuffer(buft.name, size, None)
