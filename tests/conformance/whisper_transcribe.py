@@ -1,6 +1,6 @@
 """A small whisper.cpp program: transcribe a few seconds of synthetic audio with pywhispercpp.
 
-    python tests/conformance/whisper_transcribe.py MODEL --flash-attn on|off [--seconds S] [--threads N]
+    python tests/conformance/whisper_transcribe.py MODEL --flash-attn on|off [--seconds S] [--threads N] [--audio-ctx N]
 
 It is what a user of pywhispercpp writes, and knows nothing of vizalloc: it loads MODEL
 (whisper.cpp's model format), transcribes a sine sweep with a little noise (numpy, fixed
@@ -34,12 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flash-attn", choices=("on", "off"), required=True)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--audio-ctx", type=int, default=0, help="whisper.cpp's audio_ctx (0: the model's)")
     args = p.parse_args(argv)
 
     from pywhispercpp.model import Model
 
     model = Model(args.model, context_params={"flash_attn": args.flash_attn == "on", "use_gpu": False},
-                  n_threads=args.threads, print_progress=False, print_realtime=False, language="en")
+                  n_threads=args.threads, audio_ctx=args.audio_ctx, print_progress=False, print_realtime=False, language="en")
     for segment in model.transcribe(sweep(args.seconds)):
         print(f"[{segment.t0} -> {segment.t1}] {segment.text}", flush=True)
     return 0
