@@ -84,3 +84,39 @@ def test_run_check_on_a_program_without_ggml_fails(tmp_path: Path) -> None:
     done = run(["run", "--check", "-o", "t.vztrace", "--", sys.executable, "-c", "pass"], tmp_path)
     assert done.returncode == 1, done.stderr  # the program exited 0; the check found the trace empty
     assert "no ggml library was used" in done.stderr and "-> FAIL" in done.stderr
+
+
+EXTENSION = """
+#include <stddef.h>
+/* an extension module with (a stand-in for) ggml linked into it: its calls bind inside it */
+void *ggml_init(size_t n) { static char mem[64]; (void)n; return mem; }
+int run(void) { return ggml_init(8) != NULL ? 41 : 0; }
+"""
+
+
+def test_ggml_linked_into_an_extension_is_named(tmp_path: Path) -> None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on PATH: install gcc or set CC"
+    (tmp_path / "ext.c").write_text(EXTENSION)
+    subprocess.run([cc, "-shared", "-fPIC", "ext.c", "-o", "ext.so"], cwd=tmp_path, check=True)
+    code = f"import ctypes, sys; sys.exit(ctypes.CDLL({str(tmp_path / 'ext.so')!r}).run())"
+    done = run(["run", "-o", "t.vztrace", "--", sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 41, done.stderr
+    said = (f"ggml is linked into {tmp_path / 'ext.so'} (it defines ggml_init itself), so its calls bind inside "
+            "that object and none reached the capture")
+    assert f"INCOMPLETE: {said}" in done.stderr and "no ggml library was used" not in done.stderr
+    events = load(tmp_path / "t.vztrace").events
+    (stop,) = [e for e in events if isinstance(e, ev.CaptureIncomplete)]
+    assert stop.reason.startswith(said)
+    assert run(["check", "t.vztrace"], tmp_path).returncode == 1
+
+
+def test_ggml_loaded_but_its_allocator_never_called(tmp_path: Path) -> None:
+    code = ("import ggml; ggml.ggml_free(ggml.ggml_init(ggml.ggml_init_params(mem_size=1024, mem_buffer=None, "
+            "no_alloc=True)))")
+    done = run(["run", "-o", "t.vztrace", "--", sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "INCOMPLETE: ggml's shared library " in done.stderr and "libggml-base.so was loaded, but the program " \
+        "called none of its allocator, scheduler, buffer or compute functions" in done.stderr, done.stderr
+    check = run(["check", "t.vztrace"], tmp_path)
+    assert check.returncode == 1 and "incomplete-capture" in check.stdout

@@ -52,3 +52,12 @@ def test_a_refused_layout_is_an_incomplete_capture(fake_program: Path, tmp_path:
     check = subprocess.run([sys.executable, "-m", "vizalloc", "check", "t.vztrace"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 1 and "incomplete-capture" in check.stdout, check.stdout
+
+
+def test_an_abort_passes_through_whatever_the_import_does(fake_program: Path, tmp_path: Path) -> None:
+    import signal
+
+    done = subprocess.run([sys.executable, "-m", "vizalloc", "run", "--check", "-o", "t.vztrace", "--",
+                           str(fake_program), "abort"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + signal.SIGABRT, done.stderr  # the program's own end, not the import's
+    assert "placed: 0" in done.stdout and "INCOMPLETE: ggml 9.9.9" in done.stderr

@@ -156,7 +156,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
             err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
         if result.incomplete:
             # the program's exit code stands; the trace says it is partial, and check fails on it
-            err.write(f"    INCOMPLETE: {result.incomplete}\n    the trace holds what came before; `vizalloc check` "
+            err.write(f"    INCOMPLETE: {result.incomplete}\n    the trace holds only what was captured before that; `vizalloc check` "
                       "reports it as incomplete-capture\n")
     if traced.traces:
         first = traced.traces[0][0]
