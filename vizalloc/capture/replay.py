@@ -248,7 +248,7 @@ class Importer:
                     # into one of the program's own objects, or loaded and not used)
                     said = "; ".join(self.result.notes) or "the capture holds no call of any ggml"
                     recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, "", "", "", said, loc=None)
-                    self._incomplete(len(self.records), "", "", "every ggml call of the program", said)
+                    self._incomplete(0, "", "", "every ggml call of the program", said, nothing=True)
                 if self.result.cut_at is not None:
                     self._incomplete(len(self.records), "", "", "the rest of the capture",
                                      f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "
@@ -286,9 +286,12 @@ class Importer:
                 break
         return self.stack[-1].call.kind.function if self.stack else ""
 
-    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str) -> None:
+    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str, *,
+                    nothing: bool = False) -> None:
+        """Say in the trace where the import stopped (``nothing``: the capture holds no ggml call)."""
         self.result.incomplete = reason
-        recorder.emit(ev.CaptureIncomplete, index, len(self.records), call, tensor, missing, reason)
+        recorder.emit(ev.CaptureIncomplete, index, 0 if nothing else len(self.records), call, tensor, missing,
+                      reason)
 
     # -- process and library -------------------------------------------------------------
     def _hello(self, r: rf.Hello) -> None:

@@ -1218,6 +1218,11 @@ typedef struct {
     int n;
 } unreached_ctx;
 
+/* The process this image was loaded into: a child forked from it that used no ggml of its
+ * own (a worker of Python's multiprocessing) says nothing about its parent's ggml. */
+VZ_LOCAL pid_t g_image_pid;
+__attribute__((constructor)) VZ_LOCAL void vz_note_image_pid(void) { g_image_pid = getpid(); }
+
 VZ_LOCAL int unreached_cb(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     unreached_ctx *u = data;
@@ -1247,7 +1252,7 @@ __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
     pthread_mutex_lock(&g_lock);
     t_inside++;
-    if (g_fd < 0 && g_len == 0) {
+    if (g_fd < 0 && g_len == 0 && getpid() == g_image_pid) {
         unreached_ctx u = {self_base(), 0};
         dl_iterate_phdr(unreached_cb, &u);
     }
