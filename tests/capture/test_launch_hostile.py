@@ -60,7 +60,7 @@ def test_a_script_without_a_shebang(tmp_path: Path) -> None:
 # knows the folder: VIZALLOC_CAPTURE_DIR), then uses ggml as ggml_python_add.py does.
 PLANT = """
 import os, sys
-where = os.path.join(os.environ["VIZALLOC_CAPTURE_DIR"], f"capture.{os.getpid()}.vzcap")
+where = os.path.join(os.environ["VIZALLOC_CAPTURE_DIR"], f"capture.{os.getpid()}.0.vzcap")  # image 0's
 how = sys.argv[1]
 if how == "zero":
     os.symlink("/dev/zero", where)
@@ -84,7 +84,11 @@ def test_what_is_planted_where_the_capture_goes_is_refused(tmp_path: Path, how: 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"is {kind}" in done.stderr and "no trace for process" in done.stderr, done.stderr
-    assert not (tmp_path / "t.vztrace").exists()  # the claimed name is given back: nothing was traced
+    # the capture took the next free file name (as an exec'd image does): what it captured is
+    # still traced, beside the claimed name, which is given back
+    assert not (tmp_path / "t.vztrace").exists()
+    (traced,) = tmp_path.glob("t.*.1.vztrace")
+    assert "6 placements checked: 0 replay difference(s)" in done.stderr, done.stderr
 
 
 def test_the_program_making_the_output_path_does_not_lose_the_capture(tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ def test_whisper_cpp_is_traced_to_the_byte(tmp_path: Path, model: Path, flash_at
     # and nothing to report
     check = run([*VIZALLOC, "check", str(trace)], tmp_path)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
-    assert re.search(r" 0 hazard\(s\) -> ok$", check.stdout.strip()), check.stdout
+    assert re.search(r" 0 hazards -> ok$", check.stdout.strip()), check.stdout
     print(f"\nwhisper.cpp, flash attention {flash_attn}, audio_ctx {audio_ctx}: {n_calls} calls replayed, {n_checked:,} placements "
           f"checked, 0 differences; buffers {[f'{n:,}' for n in planned]} + {meta:,} = log {[mb for _, mb in logged]} "
           f"MB; plain {plain.seconds:.1f} s, captured {captured.seconds:.1f} s")
