@@ -248,7 +248,7 @@ class Importer:
                     # into one of the program's own objects, or loaded and not used)
                     said = "; ".join(self.result.notes) or "the capture holds no call of any ggml"
                     recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, "", "", "", said, loc=None)
-                    self._incomplete(len(self.records), "", "", "every ggml call of the program", said)
+                    self._incomplete(0, "", "", "every ggml call of the program", said, nothing=True)
                 if self.result.cut_at is not None:
                     self._incomplete(len(self.records), "", "", "the rest of the capture",
                                      f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "
@@ -286,9 +286,12 @@ class Importer:
                 break
         return self.stack[-1].call.kind.function if self.stack else ""
 
-    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str) -> None:
+    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str, *,
+                    nothing: bool = False) -> None:
+        """Say in the trace where the import stopped (``nothing``: the capture holds no ggml call)."""
         self.result.incomplete = reason
-        recorder.emit(ev.CaptureIncomplete, index, len(self.records), call, tensor, missing, reason)
+        recorder.emit(ev.CaptureIncomplete, index, 0 if nothing else len(self.records), call, tensor, missing,
+                      reason)
 
     # -- process and library -------------------------------------------------------------
     def _hello(self, r: rf.Hello) -> None:
@@ -476,7 +479,7 @@ class Importer:
             raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {size})")
         s = decode(r.address, r.raw)
         m = self.tensors.get(r.address)
-        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m):
+        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m) or self._became_copy(m, s):
             m = self._new_mirror(r.lib, s)
         elif m.struct.flags != s.flags:
             m.tensor._set_flags(s.flags)
@@ -548,6 +551,17 @@ class Importer:
             return None
         return m.tensor
 
+    def _became_copy(self, m: _Mirror, s: TensorStruct) -> bool:
+        """Whether the tensor at ``m``'s address is now a copy of another root: its data was set,
+        outside the allocator, to exactly that root's bytes. ggml-opt makes its graph copies in
+        a context it re-creates over the same memory, so a copy may sit where the previous
+        round's copy of the same tensor was, byte for byte but for its data (or with the same
+        data, in a new buffer at the old one's address)."""
+        if not s.data or s.view_src:
+            return False
+        original = self._copied(s)
+        return original is not None and original is not m.tensor and m.copy_of is not original
+
     def _sync_dirty(self) -> None:
         """Bring changed tensors' memory up to date, except during a replayed allocator call,
         whose tensors are compared all at once when it returns."""
@@ -585,7 +599,10 @@ class Importer:
         where = self._where(m.struct)
         if where is not None and not m.struct.view_src:
             held = self._root_at.get(m.struct.data)
-            if held is None or self.tensors.get(held.struct.address) is not held or held.struct.data != m.struct.data:
+            # the root there is the one in this allocation: a root left in a freed buffer at the
+            # same address is another allocation's (a buffer is its allocation, not its address)
+            if held is None or self.tensors.get(held.struct.address) is not held or held.struct.data != m.struct.data \
+                    or held.tensor.storage is not where[0]:
                 self._root_at[m.struct.data] = m
         if where is None and t.data is None:
             # a buffer but no data yet (a model loaded with no_alloc): ggml's planner counts

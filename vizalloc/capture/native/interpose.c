@@ -898,6 +898,19 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
 
 VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
 
+/* A buffer was freed: the tensors last written naming it are written again when next seen.
+ * A buffer made later at the same address is another allocation, and a tensor made anew over
+ * the same memory (a context re-created where the last one was) can be byte for byte the
+ * tensor it replaces; unwritten, it would stay in the freed buffer. */
+VZ_LOCAL void forget_tensors_in(const void *buffer) {
+    for (size_t i = 0; i < g_tcap; i++) {
+        if (g_tensors[i].addr && RD(void *, g_tensors[i].bytes, OFF_BUFFER) == buffer) {
+            memset(g_tensors[i].bytes, 0xff, TENSOR_SIZE_KNOWN);
+            g_tensors[i].deep = 0;
+        }
+    }
+}
+
 VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     /* what a snapshot refers to must be described before it: buffer, type, op names */
     void *buffer = RD(void *, t, OFF_BUFFER);
@@ -1218,6 +1231,11 @@ typedef struct {
     int n;
 } unreached_ctx;
 
+/* The process this image was loaded into: a child forked from it that used no ggml of its
+ * own (a worker of Python's multiprocessing) says nothing about its parent's ggml. */
+VZ_LOCAL pid_t g_image_pid;
+__attribute__((constructor)) VZ_LOCAL void vz_note_image_pid(void) { g_image_pid = getpid(); }
+
 VZ_LOCAL int unreached_cb(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     unreached_ctx *u = data;
@@ -1247,7 +1265,7 @@ __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
     pthread_mutex_lock(&g_lock);
     t_inside++;
-    if (g_fd < 0 && g_len == 0) {
+    if (g_fd < 0 && g_len == 0 && getpid() == g_image_pid) {
         unreached_ctx u = {self_base(), 0};
         dl_iterate_phdr(unreached_cb, &u);
     }
@@ -1658,6 +1676,7 @@ VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
             int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
             size_t size = L->buffer_get_size(buffer);
             freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
+            forget_tensors_in(buffer);
             t_inside--;
         }
         pmap_del(&g_buffers, buffer);
