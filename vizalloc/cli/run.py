@@ -117,6 +117,7 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
     from vizalloc.files import check_new
+    from vizalloc.runtime.alloc import rules
     from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
@@ -137,7 +138,9 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
-            err.write(f"    ggml {lib.version} from {lib.path}\n")
+            # whether this version's allocator was compared with vizalloc's rules (alloc.rules)
+            how = f" ({rules.describe(lib.version)})" if lib.status >= 0 else ""
+            err.write(f"    ggml {lib.version} from {lib.path}{how}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
