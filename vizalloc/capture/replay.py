@@ -37,6 +37,7 @@ from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
 from vizalloc.runtime.alloc import GraphAllocator
 from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
+from vizalloc.runtime.alloc.rules import status as rules_status
 from vizalloc.runtime.backends.base import NOOP_OPS
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
 from vizalloc.runtime.context import Context
@@ -228,9 +229,12 @@ class Importer:
             return
         rules = rules_for(r.version)
         self.rules[r.lib] = rules
-        note = "" if is_known(r.version) else (
-            f"ggml {r.version} is not a version vizalloc was checked against; its graphs are replayed with the "
-            f"rules of {rules.version} and every difference is reported")
+        # the library is described when the capture first needs it, which can be after its
+        # first graph allocator was made: those follow its rules too
+        for g in self.gallocs.values():
+            if g.lib == r.lib:
+                g.ga.rules = rules
+        note = "" if is_known(r.version) else f"ggml {r.version} is {rules_status(r.version)}"
         if note:
             self.result.notes.append(note)
         recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, rules.version,

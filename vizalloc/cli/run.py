@@ -116,6 +116,8 @@ def execute(args: argparse.Namespace) -> int:
 def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
+    from vizalloc.runtime.alloc.rules import is_known
+    from vizalloc.runtime.alloc.rules import status as rules_status
     from vizalloc.files import check_new
     from vizalloc.trace.stats import format_nbytes
 
@@ -137,7 +139,9 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
-            err.write(f"    ggml {lib.version} from {lib.path}\n")
+            # an unknown version's line is the import's note below, in the same words
+            known = f": {rules_status(lib.version)}" if lib.status >= 0 and is_known(lib.version) else ""
+            err.write(f"    ggml {lib.version} from {lib.path}{known}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
