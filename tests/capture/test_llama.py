@@ -264,5 +264,6 @@ def test_the_generated_tokens_are_analysed_once_and_stored_compressed(generated:
         offsets = [c.offset for c in TraceFileReader(f).chunks()] + [os.path.getsize(generated.trace)]
     sizes = [b - a for a, b in pairwise(offsets)]
     # one chunk per compute: the model's load, the prompt and the first tokens (graphs built and
-    # bound), then one per token that only computes
-    assert sorted(sizes)[len(sizes) // 2] < 4096, sizes
+    # bound, every view re-initialised as ggml does), then one per token that only computes:
+    # at least five of the eight tokens
+    assert sum(size < 4096 for size in sizes) >= 5, sizes

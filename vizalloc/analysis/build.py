@@ -449,3 +449,6 @@ class Builder:
 
     def _ReplayMismatch(self, e: ev.ReplayMismatch) -> None:
         self.m.replay_mismatches.append(e)
+
+    def _CaptureIncomplete(self, e: ev.CaptureIncomplete) -> None:
+        self.m.capture_incomplete.append(e)

@@ -16,7 +16,8 @@ Where they are found:
 * ``uninitialized-read``, ``clobbered-output`` — ``dynamic.py``;
 * ``plan-mismatch`` — ``static.graph_signature`` per position, ``plan-overflow`` — the
   leaf entries of a reused plan, ``replan`` — the ``Replan`` events (``static.py``);
-* ``replay-mismatch`` — the ``ReplayMismatch`` events of a captured process (``static.py``).
+* ``replay-mismatch`` — the ``ReplayMismatch`` events of a captured process (``static.py``);
+* ``incomplete-capture`` — the ``CaptureIncomplete`` events of a captured process (``static.py``).
 
 Equal findings (same kind, tensors and buffer) are merged into one ``Hazard`` whose
 ``occurrences`` counts them and whose ``steps`` names the bindings or computes.
@@ -58,6 +59,7 @@ class HazardKind(str, enum.Enum):
     PLAN_MISMATCH = "plan-mismatch"
     PLAN_OVERFLOW = "plan-overflow"
     REPLAY_MISMATCH = "replay-mismatch"
+    INCOMPLETE_CAPTURE = "incomplete-capture"
     REPLAN = "replan"
 
 
@@ -94,6 +96,11 @@ DEFINITIONS: dict[HazardKind, str] = {
         "in a trace captured from a real ggml process, vizalloc's replay of one of its allocator calls "
         "disagreed with what the process did (a tensor's buffer or offset, a buffer's size, the call's "
         "result); the report names both values and the ggml version, and the trace keeps the real ones",
+    HazardKind.INCOMPLETE_CAPTURE:
+        "a trace captured from a real ggml process does not hold all of it: the import stopped at a call or "
+        "tensor it could not read (the report names the call, the tensor and what was missing), or nothing was "
+        "captured at all (ggml linked statically, or not used); the trace holds what came before, so no verdict "
+        "covers the rest",
     HazardKind.REPLAN:
         "every re-plan with its cause (not the first plan); a re-plan before (nearly) every binding of one "
         "allocator is reported once more as churn",

@@ -62,6 +62,8 @@ class TraceModel:
     captured: list[ev.ProcessCaptured] = field(default_factory=list)
     #: where vizalloc's replay of a captured process disagreed with it
     replay_mismatches: list[ev.ReplayMismatch] = field(default_factory=list)
+    #: where the import of a captured process stopped (or that it captured nothing)
+    capture_incomplete: list[ev.CaptureIncomplete] = field(default_factory=list)
     #: events a streaming build was fed without keeping them (``build.Builder.feed``), and the
     #: seq of the last of them
     n_streamed: int = 0

@@ -570,3 +570,32 @@ def check_replay(model: TraceModel, col: Collector) -> None:
                           access_loc=e.loc, detail=detail, cause=e.what)
 
         col.add(key, make, -1, e.seq)
+    check_incomplete(model, col)
+
+
+def incomplete_notice(model: TraceModel) -> str:
+    """The line ``summary`` and ``explain`` print first when a captured process is not all in
+    the trace ("" when it is, or the trace was not captured)."""
+    if not model.capture_incomplete:
+        return ""
+    e = model.capture_incomplete[0]
+    more = f" (and {len(model.capture_incomplete) - 1} more)" if len(model.capture_incomplete) > 1 else ""
+    return f"INCOMPLETE TRACE: {e.reason}{more}; what follows covers only the part that was captured"
+
+
+def check_incomplete(model: TraceModel, col: Collector) -> None:
+    """``incomplete-capture``: where the import of a captured process stopped, or that it
+    captured nothing (``CaptureIncomplete`` events); run with the replay's differences."""
+    for e in model.capture_incomplete:
+        key = (HazardKind.INCOMPLETE_CAPTURE, e.record, e.call, e.reason)
+        if col.bump(key, e.seq, -1):
+            continue
+        where = (f"at record {e.record:,} of {e.n_records:,}" if e.n_records else "nothing was captured")
+        detail = (f"{e.reason}. The trace holds the process up to that point ({where}); nothing after it was "
+                  "checked" if e.n_records else f"{e.reason}. The trace holds no graph of the process")
+
+        def make(e: ev.CaptureIncomplete = e, detail: str = detail) -> Hazard:
+            return Hazard(HazardKind.INCOMPLETE_CAPTURE, e.seq, None, access=e.call or "the capture",
+                          access_loc=e.loc, detail=detail, cause=e.missing)
+
+        col.add(key, make, -1, e.seq)

@@ -130,7 +130,10 @@ def _no_ggml_trace(argv: list[str], finished: Finished, path: Path, force: bool)
     else:
         note = f"{argv[0]} never called ggml's allocator, scheduler or buffer functions (no ggml library was used)"
     result.notes.append(note)
+    result.incomplete = note
     check_new(path, overwrite=force, flag="-f", other="use -o to choose another name")
     with trace(str(path), keep_events=False, overwrite=force):
         recorder.emit(ev.ProcessCaptured, result.program, pid, "", "", "", note, loc=None)
+        # a trace of nothing is no clean bill of health: check reports it (incomplete-capture)
+        recorder.emit(ev.CaptureIncomplete, 0, 0, "", "", "every ggml call of the program", note, loc=None)
     return result

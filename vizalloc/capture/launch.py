@@ -33,7 +33,8 @@ HOOKED_SYMBOLS = (
     "ggml_backend_buffer_free", "ggml_backend_buffer_clear", "ggml_backend_buffer_set_usage",
     "ggml_backend_tensor_alloc", "ggml_backend_view_init", "ggml_backend_tensor_set", "ggml_backend_tensor_get",
     "ggml_backend_tensor_set_async", "ggml_backend_tensor_get_async", "ggml_backend_tensor_memset",
-    "ggml_backend_tensor_copy",
+    "ggml_backend_tensor_copy", "ggml_graph_compute", "ggml_graph_compute_with_ctx",
+    "ggml_backend_alloc_ctx_tensors_from_buft",
 )
 
 

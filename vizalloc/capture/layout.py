@@ -3,10 +3,12 @@ was checked against.
 
 The layout is the same from ggml 0.15.3 (ggml-python 0.0.45) through 0.21.0 (commit
 d99724f2) to 0.26.0 (the ggml inside ``xllamacpp==2026.10.11549``): 336 bytes, the fields
-below at these offsets. The capture library checks it in the running process with ggml's
-own accessors (``ggml_tensor_overhead``, ``ggml_get_name``, ``ggml_nbytes``) before it
-writes a single tensor, and refuses a library whose layout differs; this module decodes
-only what passed that check.
+below at these offsets. A ggml built with another ``GGML_MAX_NAME`` has the same fields and
+a name of another length: its size (``ggml_tensor_overhead``) says how long. The capture
+library checks it in the running process with ggml's own accessors
+(``ggml_tensor_overhead``, ``ggml_get_name``, ``ggml_nbytes``) before it writes a single
+tensor, and refuses a library whose layout differs; this module decodes only what passed
+that check.
 """
 
 from __future__ import annotations
@@ -56,9 +58,31 @@ class TensorStruct:
                 and self.name == other.name)
 
 
+#: the fields before the name, the same in a ggml built with another ``GGML_MAX_NAME``
+_FIELDS = struct.Struct("<i4xQ4q4Qi16ii10QQQQ")
+NAME_OFFSET = _FIELDS.size  # 256
+#: after the name: extra and 8 bytes of padding
+NAME_TAIL = 16
+
+
+def name_length(tensor_size: int) -> int | None:
+    """The name length (``GGML_MAX_NAME``, as padded) of a ``struct ggml_tensor`` of
+    ``tensor_size`` bytes whose other fields are the known ones; None if no name fits.
+
+        >>> name_length(336), name_length(400), name_length(301)
+        (64, 128, None)
+    """
+    n = tensor_size - NAME_OFFSET - NAME_TAIL
+    return n if 8 <= n <= 4096 and n % 8 == 0 else None
+
+
 def decode(address: int, raw: bytes) -> TensorStruct:
-    """The tensor in ``raw`` (exactly ``TENSOR_SIZE`` bytes, as the capture wrote them)."""
-    f = _STRUCT.unpack(raw)
+    """The tensor in ``raw`` (``TENSOR_SIZE`` bytes as the capture wrote them, or the size of
+    a ggml built with another ``GGML_MAX_NAME``: see ``name_length``)."""
+    if len(raw) == TENSOR_SIZE:
+        f = _STRUCT.unpack(raw)
+    else:
+        f = (*_FIELDS.unpack_from(raw), raw[NAME_OFFSET:len(raw) - NAME_TAIL])
     name = f[41].split(b"\0", 1)[0].decode("utf-8", "replace")
     return TensorStruct(
         address=address, type_id=f[0], buffer=f[1], ne=f[2:6], nb=f[6:10], op_id=f[10],

@@ -50,6 +50,9 @@ class CallKind(enum.IntEnum):
     BACKEND_COMPUTE_ASYNC = 11
     SCHED_RESERVE_SIZE = 12
     SCHED_FREE = 13
+    GRAPH_COMPUTE = 16
+    GRAPH_COMPUTE_WITH_CTX = 17
+    ALLOC_CTX_TENSORS = 18
 
     @property
     def function(self) -> str:
@@ -71,11 +74,16 @@ _FUNCTIONS = {
     CallKind.BACKEND_COMPUTE_ASYNC: "ggml_backend_graph_compute_async",
     CallKind.SCHED_RESERVE_SIZE: "ggml_backend_sched_reserve_size",
     CallKind.SCHED_FREE: "ggml_backend_sched_free",
+    CallKind.GRAPH_COMPUTE: "ggml_graph_compute",
+    CallKind.GRAPH_COMPUTE_WITH_CTX: "ggml_graph_compute_with_ctx",
+    CallKind.ALLOC_CTX_TENSORS: "ggml_backend_alloc_ctx_tensors_from_buft",
 }
 
 GALLOC_CALLS = frozenset({CallKind.GALLOC_RESERVE_N, CallKind.GALLOC_ALLOC_GRAPH, CallKind.GALLOC_RESERVE_N_SIZE})
 COMPUTE_CALLS = frozenset({CallKind.SCHED_COMPUTE, CallKind.SCHED_COMPUTE_ASYNC, CallKind.BACKEND_COMPUTE,
-                           CallKind.BACKEND_COMPUTE_ASYNC})
+                           CallKind.BACKEND_COMPUTE_ASYNC, CallKind.GRAPH_COMPUTE, CallKind.GRAPH_COMPUTE_WITH_CTX})
+#: ggml-cpu's own computes: inside a backend's compute they are its work, not another compute
+CPU_COMPUTES = frozenset({CallKind.GRAPH_COMPUTE, CallKind.GRAPH_COMPUTE_WITH_CTX})
 
 
 # -- records -------------------------------------------------------------------------

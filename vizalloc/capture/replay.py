@@ -10,17 +10,25 @@ types (with the traced ggml version's rules, ``alloc.rules``) recovers them as t
 ``Plan*`` events. Then every placement the real call made is compared with the replay's: a
 difference in a tensor's buffer or offset, a buffer's size or a call's result becomes a
 ``ReplayMismatch`` event (``check`` and ``summary`` report it) and the mirror takes the
-real placement, so one difference does not cascade into others.
+real placement, so one difference does not cascade into others. The placements of ggml's
+tensor allocator (``ggml_backend_alloc_ctx_tensors_from_buft``) are re-made the same way by
+a ``TensorAllocator`` on the buffer that call made, and checked one by one.
 
 The mirror world: one vizalloc tensor per C tensor (keyed by address, renewed when a new
 tensor appears at an old address, as when llama.cpp rebuilds its graph every batch), one
 buffer per ggml buffer (``VIRTUAL`` memory: addresses and sizes, no bytes), one graph
 allocator per ``ggml_gallocr``. Placements the capture saw but did not replay (weights by
 ``ggml_backend_tensor_alloc``, views by ``ggml_backend_view_init``) are replayed as such;
-data that appeared unseen (memory a context allocated itself) is placed ``by=observed``.
+data that appeared unseen (memory a context allocated itself) is placed ``by=observed``,
+through ``memory.observe_placement`` (the one way the import places a tensor itself).
 Computes become ``ComputeBegin`` / ``NodeCompute`` / ``ComputeEnd`` in ggml's execution order
 (per-node wall times are not observed: they are 0). Events carry the process's own clock
 and, as source line, the program's function that made the ggml call.
+
+An import that cannot go on (a record naming a tensor the capture never described, a layout
+refused) stops there and says so in the trace (``CaptureIncomplete``: the record, the call,
+the tensor, what was missing), as does a capture that holds no ggml call; ``check`` reports
+it as ``incomplete-capture``.
 """
 
 from __future__ import annotations
@@ -32,12 +40,11 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from vizalloc.capture import rawfile as rf
-from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode
+from vizalloc.capture.layout import TENSOR_SIZE, TensorStruct, decode, name_length
 from vizalloc.errors import VizallocError
 from vizalloc.runtime import memory
-from vizalloc.runtime.alloc import GraphAllocator
+from vizalloc.runtime.alloc import GraphAllocator, TensorAllocator
 from vizalloc.runtime.alloc.rules import DEFAULT, AllocatorRules, is_known, rules_for
-from vizalloc.runtime.alloc.rules import status as rules_status
 from vizalloc.runtime.backends.base import NOOP_OPS
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage
 from vizalloc.runtime.context import Context
@@ -52,11 +59,23 @@ _SCHED_COMPUTES = frozenset({rf.CallKind.SCHED_COMPUTE, rf.CallKind.SCHED_COMPUT
 
 
 class CaptureImportError(VizallocError):
-    """A capture cannot be replayed (a type or op this vizalloc does not know, a graph that
-    names a tensor never described)."""
+    """A capture cannot be replayed (a graph that names a tensor never described, a layout
+    this vizalloc cannot read). ``tensor``: the tensor concerned, ``missing``: what the
+    capture lacked (both "" when unknown); the import records them in the trace as a
+    ``CaptureIncomplete`` event and stops there."""
+
+    def __init__(self, message: str, *, tensor: str = "", missing: str = "") -> None:
+        super().__init__(message)
+        self.tensor = tensor
+        self.missing = missing
 
 
 _USAGES = {0: Usage.ANY, 1: Usage.WEIGHTS, 2: Usage.COMPUTE}
+#: records that describe things a later record names
+_DESCRIPTIONS = (rf.TensorBytes, rf.TypeInfo, rf.OpInfo, rf.BufferTypeInfo, rf.BufferInfo, rf.Library, rf.AllocSize,
+                 rf.Note)
+_IO_FUNCTIONS = {rf.IoKind.SET: "ggml_backend_tensor_set", rf.IoKind.GET: "ggml_backend_tensor_get",
+                 rf.IoKind.MEMSET: "ggml_backend_tensor_memset", rf.IoKind.COPY: "ggml_backend_tensor_copy"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,9 @@ class ImportResult:
     computes: int = 0
     buffers: int = 0
     notes: list[str] = field(default_factory=list)
+    #: why the import stopped before the capture's end ("" if it did not): the trace holds
+    #: what came before, and a ``CaptureIncomplete`` event says so
+    incomplete: str = ""
     #: the buffers of each graph allocator's last plan, as replayed and as the process had them
     compute_buffers: list[ComputeBuffer] = field(default_factory=list)
 
@@ -126,6 +148,9 @@ class _OpenCall:
     new_chunks: list[Buffer] = field(default_factory=list)
     error: str = ""
     computes: int = 0  # backend computes nested in a scheduler compute
+    inner: bool = False  # ggml-cpu's own compute inside a backend's: that compute's work
+    #: ggml_backend_alloc_ctx_tensors_from_buft: the tensor allocator replayed on each new buffer
+    tallocs: dict[int, TensorAllocator] = field(default_factory=dict)
 
 
 @dataclass
@@ -186,6 +211,8 @@ class Importer:
         self._compute_ids = itertools.count()
         self._placeholder: Buffer | None = None
         self._buffer_sizes: dict[int, list[ComputeBuffer]] = {}
+        self._at = 0  # the record being imported
+        self._cpu_computes = 0  # ggml-cpu's own computes outside any backend's
 
     # -- driving -------------------------------------------------------------------------
     def run(self) -> ImportResult:
@@ -201,14 +228,70 @@ class Importer:
             rf.BackendInfo: self._backend, rf.TensorIo: self._io,
         }
         with recorder.replaying(lambda: self.now, lambda: self.loc):
-            for record in self.records:
-                if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
+            index = 0
+            try:
+                for index, record in enumerate(self.records):
+                    self._at = index
+                    if self.libs and all(lib.status < 0 for lib in self.libs.values()):
+                        break  # every ggml it used was refused: nothing after is read (that is the finding)
+                    if self.dirty and not isinstance(record, (rf.TensorBytes, rf.Place)):
+                        self._sync_dirty()
+                    handlers[type(record)](record)  # type: ignore[operator]
+                index = len(self.records)
+                if self.dirty:
                     self._sync_dirty()
-                handlers[type(record)](record)  # type: ignore[operator]
-            if self.dirty:
-                self._sync_dirty()
+            except (CaptureImportError, rf.CaptureFormatError) as exc:
+                self._stop(index, exc)
+            else:
+                if not self.libs:
+                    # the capture saw no ggml call: what it found is in its notes (ggml linked
+                    # into one of the program's own objects, or loaded and not used)
+                    said = "; ".join(self.result.notes) or "the capture holds no call of any ggml"
+                    recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, "", "", "", said, loc=None)
+                    self._incomplete(0, "", "", "every ggml call of the program", said, nothing=True)
+                if self.result.cut_at is not None:
+                    self._incomplete(len(self.records), "", "", "the rest of the capture",
+                                     f"the capture file ends inside a record (cut at byte {self.result.cut_at:,}): "
+                                     "the process stopped mid-write, and what it did after its last flush is lost")
         self.result.compute_buffers = self._compute_buffers()
+        if self._cpu_computes and not self.result.replayed_calls:
+            self.result.notes.append(
+                f"ggml computed {self._cpu_computes} graph(s) with ggml_graph_compute and no graph allocator: their "
+                "tensors are in memory the program's contexts allocated themselves, placed as observed; no "
+                "allocator call was there to replay and check")
         return self.result
+
+    def _stop(self, index: int, exc: VizallocError) -> None:
+        """The import cannot go on at record ``index``: say where and why, in the trace too."""
+        call = self._call_at(index)
+        tensor = getattr(exc, "tensor", "")
+        missing = getattr(exc, "missing", "") or "a record the import needs"
+        where = f" in {call}" if call else ""
+        self._incomplete(index, call, tensor, missing,
+                         f"the import stopped at record {index:,} of {len(self.records):,}{where}: {exc}")
+
+    def _call_at(self, index: int) -> str:
+        """The ggml call record ``index`` belongs to: the capture describes a call's tensors
+        just before its own record (or a placement's, an access's), so it is the next record
+        that is not a description, else the innermost open call."""
+        for record in itertools.islice(self.records, index, index + 4096):
+            if isinstance(record, rf.Call):
+                return record.kind.function
+            if isinstance(record, rf.Place):
+                tensor_alloc = record.kind == rf.PlaceKind.TENSOR_ALLOC
+                return "ggml_backend_tensor_alloc" if tensor_alloc else "ggml_backend_view_init"
+            if isinstance(record, rf.TensorIo):
+                return _IO_FUNCTIONS[record.kind]
+            if not isinstance(record, _DESCRIPTIONS):
+                break
+        return self.stack[-1].call.kind.function if self.stack else ""
+
+    def _incomplete(self, index: int, call: str, tensor: str, missing: str, reason: str, *,
+                    nothing: bool = False) -> None:
+        """Say in the trace where the import stopped (``nothing``: the capture holds no ggml call)."""
+        self.result.incomplete = reason
+        recorder.emit(ev.CaptureIncomplete, index, 0 if nothing else len(self.records), call, tensor, missing,
+                      reason)
 
     # -- process and library -------------------------------------------------------------
     def _hello(self, r: rf.Hello) -> None:
@@ -226,6 +309,8 @@ class Importer:
                     "ggml 0.15.3 to 0.26.0)")
             self.result.notes.append(note)
             recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, "", note, loc=None)
+            # nothing this ggml does is recorded from here on: the trace cannot speak for it
+            self._incomplete(self._at, "", "", f"every call of the ggml at {r.path}", note)
             return
         rules = rules_for(r.version)
         self.rules[r.lib] = rules
@@ -234,7 +319,9 @@ class Importer:
         for g in self.gallocs.values():
             if g.lib == r.lib:
                 g.ga.rules = rules
-        note = "" if is_known(r.version) else f"ggml {r.version} is {rules_status(r.version)}"
+        note = "" if is_known(r.version) else (
+            f"ggml {r.version} is not a version vizalloc was checked against; its graphs are replayed with the "
+            f"rules of {rules.version} and every difference is reported")
         if note:
             self.result.notes.append(note)
         recorder.emit(ev.ProcessCaptured, self.result.program, self.result.pid, r.version, r.path, rules.version,
@@ -254,9 +341,21 @@ class Importer:
         try:
             dt = DType.from_label(r.name)
         except ValueError:
-            raise CaptureImportError(
-                f"the traced ggml {self._version(r.lib)} uses tensor type {r.name!r} (id {r.type_id}), which this "
-                "vizalloc does not know; upgrade vizalloc") from None
+            # a type this vizalloc does not know: a replay needs its sizes only, so a known type
+            # with the same block size and bytes per block stands in for it
+            same = next((d for d in DType if (d.blck_size, d.type_size) == (r.blck_size, r.type_size)), None)
+            if same is None:
+                raise CaptureImportError(
+                    f"the traced ggml {self._version(r.lib)} uses tensor type {r.name!r} (id {r.type_id}: "
+                    f"{r.blck_size} elements in {r.type_size} bytes per block), which this vizalloc does not know "
+                    "and no type it knows has these sizes; upgrade vizalloc",
+                    tensor="", missing=f"the sizes of tensor type {r.name!r}") from None
+            self.result.notes.append(
+                f"tensor type {r.name!r} (id {r.type_id}) of ggml {self._version(r.lib)} is not one vizalloc knows: "
+                f"its tensors are imported as {same.label} ({r.blck_size} elements in {r.type_size} bytes per "
+                "block, the same sizes)")
+            self.dtypes[r.lib, r.type_id] = same
+            return
         if (dt.blck_size, dt.type_size) != (r.blck_size, r.type_size):
             raise CaptureImportError(
                 f"tensor type {r.name} has {r.blck_size} elements in {r.type_size} bytes per block in the traced "
@@ -264,11 +363,16 @@ class Importer:
         self.dtypes[r.lib, r.type_id] = dt
 
     def _op(self, r: rf.OpInfo) -> None:
-        if r.family == rf.OpFamily.OP and r.name not in Op.__members__:
-            raise CaptureImportError(
-                f"the traced ggml {self._version(r.lib)} uses op {r.name!r} (id {r.op_id}), which this vizalloc "
-                "does not know; upgrade vizalloc")
-        self.ops[r.lib, int(r.family), r.op_id] = r.name
+        name = r.name
+        if r.family == rf.OpFamily.OP and (name not in Op.__members__ or name == Op.OPAQUE.name):
+            # a replay needs sizes, types, views and in-place rules, not kernels: an op this
+            # vizalloc does not know is imported as an opaque node, in no in-place rule
+            self.result.notes.append(
+                f"op {name!r} (id {r.op_id}) of ggml {self._version(r.lib)} is not one vizalloc knows: its tensors "
+                "are imported as OPAQUE nodes with the sizes, types, sources and views the process gave them "
+                "(no in-place rule names it; a difference it makes is reported)")
+            name = Op.OPAQUE.name
+        self.ops[r.lib, int(r.family), r.op_id] = name
 
     def _note(self, r: rf.Note) -> None:
         self.result.notes.append(r.text)
@@ -374,11 +478,13 @@ class Importer:
 
     # -- tensors ---------------------------------------------------------------------------
     def _tensor(self, r: rf.TensorBytes) -> None:
-        if len(r.raw) != TENSOR_SIZE:
-            raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {TENSOR_SIZE})")
+        info = self.libs.get(r.lib)
+        size = info.tensor_size if info is not None and info.status >= 0 else TENSOR_SIZE
+        if len(r.raw) != size or name_length(size) is None:
+            raise rf.CaptureFormatError(f"a tensor record of {len(r.raw)} bytes (expected {size})")
         s = decode(r.address, r.raw)
         m = self.tensors.get(r.address)
-        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m):
+        if m is None or not m.struct.same_tensor(s) or not self._same_sources(m) or self._became_copy(m, s):
             m = self._new_mirror(r.lib, s)
         elif m.struct.flags != s.flags:
             m.tensor._set_flags(s.flags)
@@ -398,10 +504,12 @@ class Importer:
         m = self.tensors.get(address)
         return m.tensor if m is not None else None
 
-    def _mirror_of(self, address: int, what: str) -> Tensor:
+    def _mirror_of(self, address: int, what: str, tensor: str = "") -> Tensor:
         m = self.tensors.get(address)
         if m is None:
-            raise CaptureImportError(f"the capture names {what} at {address:#x} before describing it")
+            raise CaptureImportError(f"the capture names {what} at {address:#x} before describing it",
+                                     tensor=tensor or f"{address:#x}",
+                                     missing=f"the description of the tensor at {address:#x}")
         return m.tensor
 
     def _new_mirror(self, lib: int, s: TensorStruct) -> _Mirror:
@@ -409,14 +517,22 @@ class Importer:
         op_name = self.ops.get((lib, 0, s.op_id))
         if dtype is None or op_name is None:
             raise CaptureImportError(f"tensor {s.name!r} at {s.address:#x} has a type or op never described")
-        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}") if a else None for k, a in enumerate(s.src)]
-        view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}") if s.view_src else None
+        # ggml_cast makes its result its own second source: the slot is set once the tensor exists
+        srcs = [self._mirror_of(a, f"source {k} of {s.name!r}", s.name) if a and a != s.address else None
+                for k, a in enumerate(s.src)]
+        view_src = self._mirror_of(s.view_src, f"the view source of {s.name!r}", s.name) if s.view_src else None
         params = _op_params(s, op_name, self.ops, lib)
         original = self._copied(s)
         t = self._ctx(lib).new_tensor_impl(
             dtype, s.ne, view_src, s.view_offs, nb=s.nb, op=Op[op_name], src=srcs, op_params=params, name=s.name,
             copy_of=original,
         )
+        for k, a in enumerate(s.src):
+            if a and a == s.address:
+                while len(t.src) <= k:
+                    t.src.append(None)
+                t.src[k] = t
+                recorder.emit(ev.TensorSrcSet, t.id, k, t.id)
         if s.flags:
             t._set_flags(s.flags)
         m = _Mirror(t, s, lib, original)
@@ -439,6 +555,17 @@ class Importer:
         if (o.type_id, o.ne, o.nb) != (s.type_id, s.ne, s.nb):
             return None
         return m.tensor
+
+    def _became_copy(self, m: _Mirror, s: TensorStruct) -> bool:
+        """Whether the tensor at ``m``'s address is now a copy of another root: its data was set,
+        outside the allocator, to exactly that root's bytes. ggml-opt makes its graph copies in
+        a context it re-creates over the same memory, so a copy may sit where the previous
+        round's copy of the same tensor was, byte for byte but for its data (or with the same
+        data, in a new buffer at the old one's address)."""
+        if not s.data or s.view_src:
+            return False
+        original = self._copied(s)
+        return original is not None and original is not m.tensor and m.copy_of is not original
 
     def _sync_dirty(self) -> None:
         """Bring changed tensors' memory up to date, except during a replayed allocator call,
@@ -477,7 +604,10 @@ class Importer:
         where = self._where(m.struct)
         if where is not None and not m.struct.view_src:
             held = self._root_at.get(m.struct.data)
-            if held is None or self.tensors.get(held.struct.address) is not held or held.struct.data != m.struct.data:
+            # the root there is the one in this allocation: a root left in a freed buffer at the
+            # same address is another allocation's (a buffer is its allocation, not its address)
+            if held is None or self.tensors.get(held.struct.address) is not held or held.struct.data != m.struct.data \
+                    or held.tensor.storage is not where[0]:
                 self._root_at[m.struct.data] = m
         if where is None and t.data is None:
             # a buffer but no data yet (a model loaded with no_alloc): ggml's planner counts
@@ -490,20 +620,14 @@ class Importer:
                 buffer = self._placeholder_buffer()
             t.buffer = buffer
             return True
-        if where is not None and t.data is not None and t.storage is where[0] and t.offset == where[1]:
-            return False
-        if t.data is not None:
+        if where is None:  # the real tensor lost its memory
             memory.clear_tensor_pointers(t, by="program")
-        if where is not None:
-            buf, offset = where
-            t.buffer = buf if t.view_src is None else None
-            t.data = buf.base + offset
-            t.storage = buf
-            original = m.copy_of
-            if original is not None and original.storage is buf and original.offset == offset:
-                by = ev.PlacedBy.COPY
-            recorder.emit(ev.TensorPlaced, t.id, buf.id, offset, t.nbytes, by, -1)
-        return True
+            return True
+        buf, offset = where
+        original = m.copy_of
+        if original is not None and original.storage is buf and original.offset == offset:
+            by = ev.PlacedBy.COPY
+        return memory.observe_placement(t, buf, offset, names_buffer=bool(m.struct.buffer), by=by)
 
     def _placeholder_buffer(self) -> Buffer:
         if self._placeholder is None:
@@ -533,12 +657,19 @@ class Importer:
     def _place(self, r: rf.Place) -> None:
         m = self.tensors.get(r.tensor)
         if m is None:
-            raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it")
-        if self._replay_call() is not None or r.result != 0:
+            raise CaptureImportError(f"a placement names the tensor at {r.tensor:#x} before describing it",
+                                     tensor=f"{r.tensor:#x}", missing=f"the description of the tensor at {r.tensor:#x}")
+        if self._in_replay(r.call) or r.result != 0:
             return  # the replayed allocator's own placement (verified when its call returns), or a refused one
         self.dirty.pop(r.tensor, None)
         t = m.tensor
         rb = self.buffers.get(r.buffer)
+        ctx_call = self.stack[-1] if self.stack and self.stack[-1].call.kind == rf.CallKind.ALLOC_CTX_TENSORS \
+            and self.stack[-1].call.call == r.call else None
+        if ctx_call is not None and r.kind == rf.PlaceKind.TENSOR_ALLOC and rb is not None \
+                and rb.mirror is not None and t.view_src is None:
+            self._talloc(ctx_call, m, rb)
+            return
         if r.kind == rf.PlaceKind.TENSOR_ALLOC and rb is not None and rb.mirror is not None and t.view_src is None:
             if t.data is not None:
                 memory.clear_tensor_pointers(t, by="program")
@@ -548,6 +679,36 @@ class Importer:
                 memory.clear_tensor_pointers(t, by="program")
             memory.view_init(t)
         self._force(m, ev.PlacedBy.OBSERVED)  # whatever the runtime's rules did differently, the real one wins
+
+    def _talloc(self, call: _OpenCall, m: _Mirror, rb: _RealBuffer) -> None:
+        """A placement by ggml's tensor allocator (ggml_backend_alloc_ctx_tensors_from_buft): the
+        replay's own allocator places the tensor after the ones before it in that buffer, and
+        its offset is checked against the process's."""
+        assert rb.mirror is not None
+        t = m.tensor
+        talloc = call.tallocs.get(rb.ptr)
+        if talloc is None:
+            talloc = call.tallocs[rb.ptr] = TensorAllocator(rb.mirror)
+        if t.data is not None or t.buffer is not None:
+            memory.clear_tensor_pointers(t, by="program")
+        replayed = ""
+        try:
+            talloc.alloc(t)
+            replayed = _describe_placement(t)
+        except VizallocError as exc:
+            replayed = f"{type(exc).__name__}: {exc}"
+        self.result.placements_checked += 1
+        if self._force(m, ev.PlacedBy.OBSERVED):
+            self._mismatch("offset", t.id, _describe(self._where(m.struct)), replayed, call)
+
+    def _check_tallocs(self, call: _OpenCall) -> None:
+        """After ggml_backend_alloc_ctx_tensors_from_buft: each buffer it made is as large as the
+        replay's tensor allocator filled it (ggml sizes it for exactly those tensors)."""
+        for handle, talloc in call.tallocs.items():
+            rb = self.buffers.get(handle)
+            if rb is not None and rb.size != talloc.offset:
+                self._mismatch("buffer_size", -1, f"{rb.size} bytes", f"{talloc.offset} bytes "
+                               f"(buffer #{talloc.buffer.id} filled by the replay's tensor allocator)", call)
 
     def _io(self, r: rf.TensorIo) -> None:
         t = self._mirror_of(r.tensor, "a tensor read or written")
@@ -586,6 +747,20 @@ class Importer:
                 return c
         return None
 
+    def _in_replay(self, call_id: int) -> bool:
+        """Whether a record made in call ``call_id`` belongs to the replayed allocator call that
+        is open: that call or one inside it. Another thread's placement while it runs (its
+        call is another, or none) is the program's own, as any other."""
+        replayed = self._replay_call()
+        if replayed is None:
+            return False
+        inside = False
+        for c in self.stack:
+            inside = inside or c is replayed
+            if inside and c.call.call == call_id:
+                return True
+        return False
+
     def _location(self, call: rf.Call) -> ev.Location:
         obj, _, fn = call.site.partition("\t")
         fn = self.sites.get(fn, fn)
@@ -615,8 +790,12 @@ class Importer:
             self.loc = self._location(r)
         open_ = _OpenCall(r)
         kind = r.kind
+        if kind in rf.CPU_COMPUTES and any(c.call.kind in rf.COMPUTE_CALLS for c in self.stack):
+            open_.inner = True
         if kind in rf.GALLOC_CALLS and self._replay_call() is None:
             self._replay(open_)
+        elif kind == rf.CallKind.ALLOC_CTX_TENSORS and self._replay_call() is None:
+            self.result.replayed_calls += 1  # its placements are replayed one by one (_place)
         elif kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
             backend = self.backends.get(r.obj, "?")
             sched = next((c for c in self.stack if c.call.kind in _SCHED_COMPUTES), None)
@@ -682,15 +861,20 @@ class Importer:
         if open_.replayed:
             self._verify(open_)
             self._check_return(open_, r)
+        elif open_.tallocs:
+            self._check_tallocs(open_)
         self.stack.pop()
         if open_.replayed and self.dirty:
             self._sync_dirty()
         if r.kind == rf.CallKind.BACKEND_COMPUTE_ASYNC:
             recorder.emit(ev.ComputeEnd, self._open_compute, r.t_ns - open_.call.t_ns)
-        elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0:
+        elif r.kind in rf.COMPUTE_CALLS and open_.computes == 0 and not open_.inner:
             # a synchronous or scheduler compute whose backend computes were not seen (they
-            # ran inside ggml without a call we could interpose): its own graph, as one compute
-            backend = self.backends.get(open_.call.obj, "?")
+            # ran inside ggml without a call we could interpose), or ggml-cpu's own compute
+            # over context memory: its own graph, as one compute
+            backend = "CPU" if r.kind in rf.CPU_COMPUTES else self.backends.get(open_.call.obj, "?")
+            if r.kind in rf.CPU_COMPUTES:
+                self._cpu_computes += 1
             self._compute(open_.call, backend, end_ns=r.t_ns)
             for outer in self.stack:
                 outer.computes += 1
@@ -710,12 +894,17 @@ class Importer:
             self._mismatch("buffers", -1, "no buffer", f"a {b.nbytes}-byte buffer #{b.id}", open_)
         ga = open_.galloc.ga if open_.galloc else None
         if ga is not None and open_.sizes is None:
-            real = [rb for rb in self.buffers.values() if rb.galloc == open_.call.obj]
-            sizes = []
-            for i, buft in enumerate(ga.bufts):
-                held = [rb.size for rb in real if self.bufts.get(rb.buft) is buft]
-                sizes.append(ComputeBuffer(buft.name, ga.buffer_size(i), sum(held) if held else None))
-            self._buffer_sizes[id(ga)] = sizes
+            # slots of one buffer type share one buffer (ggml_gallocr_reserve_n: two CPU
+            # backends in one scheduler): it is counted once, for the first of them
+            first = [next(j for j, b in enumerate(ga.bufts) if b is buft) for buft in ga.bufts]
+            held: dict[int, list[int]] = {}
+            for rb in self.buffers.values():
+                if rb.galloc == open_.call.obj:
+                    buft = self.bufts.get(rb.buft)
+                    held.setdefault(next((i for i, b in enumerate(ga.bufts) if b is buft), -1), []).append(rb.size)
+            self._buffer_sizes[id(ga)] = [
+                ComputeBuffer(buft.name, ga.buffer_size(i), sum(held[i]) if i in held else None)
+                for i, buft in enumerate(ga.bufts) if first[i] == i]
         elif ga is not None and open_.sizes is not None:
             # a measurement without buffers (llama.cpp's no_alloc): what the buffers would need
             self._buffer_sizes[id(ga)] = [ComputeBuffer(buft.name, size, None)

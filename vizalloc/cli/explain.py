@@ -142,13 +142,16 @@ def _output_kind(output: str | None) -> str:
 def explain_trace(args: argparse.Namespace, out_kind: str) -> int:
     from vizalloc.analysis.explain import explain
     from vizalloc.analysis.model import build_model
+    from vizalloc.analysis.static import incomplete_notice
     from vizalloc.cli.inputs import load_trace
 
     trace = load_trace(args.input, "explain")
     model = build_model(trace)
     expl = explain(model, hints=captured_hints(model))
     source = {"kind": "trace", "path": args.input}
-    emit(args, out_kind, expl, source=source, title=os.path.basename(args.input))
+    incomplete = incomplete_notice(model)
+    emit(args, out_kind, expl, source=source, title=os.path.basename(args.input),
+         notes=[incomplete] if incomplete else (), extra={"incomplete": incomplete} if incomplete else None)
     return 0
 
 
@@ -212,7 +215,7 @@ def print_tables(expl: Any, *, top: int, notes: Sequence[str] = (), rows_extra: 
 
     console = stdout_console()
     for note in notes:
-        console.print(_inert(note, None), style="dim")
+        console.print(_inert(note, None), style="bold red" if note.startswith("INCOMPLETE") else "dim")
     if not expl.buffers:
         console.print("no graph allocator planned anything in this trace: there is no compute buffer to explain")
         return

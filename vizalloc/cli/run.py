@@ -116,9 +116,8 @@ def execute(args: argparse.Namespace) -> int:
 def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     """A real ggml process, captured from outside (``vizalloc.capture``)."""
     from vizalloc.capture import trace_program
-    from vizalloc.runtime.alloc.rules import is_known
-    from vizalloc.runtime.alloc.rules import status as rules_status
     from vizalloc.files import check_new
+    from vizalloc.runtime.alloc import rules
     from vizalloc.trace.stats import format_nbytes
 
     if args.capture_values:
@@ -139,9 +138,9 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {path}\n")
         for lib in result.libraries:
-            # an unknown version's line is the import's note below, in the same words
-            known = f": {rules_status(lib.version)}" if lib.status >= 0 and is_known(lib.version) else ""
-            err.write(f"    ggml {lib.version} from {lib.path}{known}\n")
+            # whether this version's allocator was compared with vizalloc's rules (alloc.rules)
+            how = f" ({rules.describe(lib.version)})" if lib.status >= 0 else ""
+            err.write(f"    ggml {lib.version} from {lib.path}{how}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
@@ -154,9 +153,14 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
                         f"the process allocated {b.allocated:,} bytes")
                 err.write(f"    {b.buft} compute buffer: {b.planned:,} bytes{size} planned by the replay, {real}\n")
         for note in result.notes:
-            err.write(f"    note: {note}\n")
+            if note != result.incomplete:
+                err.write(f"    note: {note}\n")
         if result.cut_at is not None:
             err.write(f"    the capture ends early (cut at byte {result.cut_at:,}): the process stopped mid-write\n")
+        if result.incomplete:
+            # the program's exit code stands; the trace says it is partial, and check fails on it
+            err.write(f"    INCOMPLETE: {result.incomplete}\n    the trace holds only what was captured before that; `vizalloc check` "
+                      "reports it as incomplete-capture\n")
     if traced.traces:
         first = traced.traces[0][0]
         err.write("look at it with:\n" + "".join(f"  vizalloc {cmd} {first}\n" for cmd in ("summary", "check", "tui")))

@@ -42,6 +42,7 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
     from vizalloc.analysis.diff import peak_buffer_bytes
     from vizalloc.analysis.quality import plan_quality
     from vizalloc.analysis.records import NEVER
+    from vizalloc.analysis.static import incomplete_notice
     from vizalloc.trace import events as ev
 
     quality = {q.plan_id: q for q in plan_quality(model)}
@@ -78,6 +79,8 @@ def summarize(model: Any, hazards: list[Any], top: int = 5) -> dict[str, Any]:
         # of its allocator disagreed with it (never hidden)
         "captured": [{"program": e.program, "pid": e.pid, "ggml_version": e.ggml_version, "ggml_path": e.ggml_path,
                       "rules_version": e.rules_version, "note": e.note} for e in model.captured],
+        # a captured process the trace holds only part of (or none of): said first
+        "incomplete": incomplete_notice(model),
         "replay_differences": [
             {"what": h.cause, "tensor": h.tensor.name if h.tensor is not None else None,
              "tensor_id": h.tensor_id, "call": h.access, "detail": h.detail, "occurrences": h.occurrences}
@@ -135,6 +138,8 @@ def _render(data: dict[str, Any]) -> None:
         return Text(inert(text, NAME_CHARS))
 
     console = stdout_console()   # into a file or a pipe: as wide as the tables need, nothing cut
+    if data["incomplete"]:
+        console.print(Text(inert(data["incomplete"], 2000), style="bold red"))
     console.print(Text(f"{data['events']:,} events, {data['tensors']:,} tensors, {len(data['graphs'])} graphs, "
                        f"{len(data['plans'])} plans, {data['bindings']} bindings, {data['computes']} computes; "
                        f"peak buffer bytes {data['peak_buffer_bytes']:,}"))

@@ -1,5 +1,6 @@
 """Giving tensors bytes and reaching them (ggml-backend.c): tensor_alloc, view_init,
-clear_tensor_pointers, and tensor_set / tensor_get. The allocators that decide where
+clear_tensor_pointers, and tensor_set / tensor_get; observe_placement for the bytes a real
+process gave a tensor (the capture's one way to place). The allocators that decide where
 tensors go are in ``vizalloc.runtime.alloc``.
 
     >>> import numpy as np
@@ -64,6 +65,30 @@ def view_init(t: Tensor, *, binding_id: int = -1) -> None:
         assert storage is not None
         recorder.emit(ev.TensorPlaced, t.id, storage.id, t.data - storage.base, t.nbytes,
                       ev.PlacedBy.VIEW_INIT, binding_id)
+
+
+def observe_placement(t: Tensor, storage: Storage, offset: int, *, names_buffer: bool,
+                      by: ev.PlacedBy = ev.PlacedBy.OBSERVED) -> bool:
+    """A placement seen in a real process (``vizalloc.capture``): ``t`` gets the bytes at
+    ``offset`` of ``storage``, whoever chose them. ``names_buffer``: whether the real tensor
+    names a buffer. Its ``buffer`` follows ggml: a root's is the buffer holding it; a view's is
+    its root's as ``view_init`` set it, the buffer its bytes lie in, even if the root moved
+    since (a stale view); none when the real tensor names none (memory a context allocated
+    itself, a view not initialised yet). The graph allocator reads nothing else of it: it
+    re-initialises a view without a buffer from its root and leaves one with a buffer alone.
+    Returns False when ``t`` already had those bytes (only its buffer may change then, which
+    no event records)."""
+    buffer = storage if names_buffer and isinstance(storage, Buffer) else None
+    if t.data is not None and t.storage is storage and t.data - storage.base == offset:
+        t.buffer = buffer
+        return False
+    clear_tensor_pointers(t, by="program")
+    t.buffer = buffer
+    t.data = storage.base + offset
+    t.storage = storage
+    if recorder.active():
+        recorder.emit(ev.TensorPlaced, t.id, storage.id, offset, t.nbytes, by, -1)
+    return True
 
 
 def clear_tensor_pointers(t: Tensor, by: str = "user") -> None:

@@ -145,6 +145,10 @@ class Op(enum.Enum):
     OPT_STEP_ADAMW = "OPT_STEP_ADAMW"
     OPT_STEP_SGD = "OPT_STEP_SGD"
     GLU = "GLU"
+    #: not ggml's: an op of a traced ggml that this vizalloc does not know, imported with the
+    #: sizes, type, sources and view the process gave its tensors (``vizalloc.capture``); it
+    #: has no kernel and is in no in-place rule (ggml's list of in-place ops names known ones)
+    OPAQUE = "OPAQUE"
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"

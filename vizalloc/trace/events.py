@@ -479,6 +479,23 @@ class ReplayMismatch(Event):
     ggml_version: str
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureIncomplete(Event):
+    """A captured process is not all in the trace: its import stopped at record ``record`` of
+    ``n_records`` (what follows is missing), or nothing was captured (``n_records`` 0: ggml
+    linked statically, or no ggml at all). ``call`` is the ggml call being imported (""
+    between calls), ``tensor_name`` the tensor concerned ("" if none), ``missing`` what the
+    capture lacked, ``reason`` the whole explanation. ``check`` reports it as an
+    ``incomplete-capture`` finding: a trace that holds part of a process is never clean."""
+
+    record: int
+    n_records: int
+    call: str
+    tensor_name: str
+    missing: str
+    reason: str
+
+
 AnyEvent = Union[
     ContextCreated, ContextFreed, TensorCreated, TensorNamed, TensorFlagsSet, TensorSrcSet,
     BufferAllocated, BufferFreed, BufferCleared, TensorPlaced, TensorCleared,
@@ -486,6 +503,7 @@ AnyEvent = Union[
     PlanFree, PlanExternal, PlanEnd, BindingBegin, BindingEnd, SchedReset, SchedSplit,
     SchedCopy, SchedAlloc, ComputeBegin, NodeCompute, ComputeEnd, TensorCopy, TensorSet,
     TensorGet, ValueSnapshot, Marker, GraphCleared, ProcessCaptured, ReplayMismatch,
+    CaptureIncomplete,
 ]
 
 #: Every event class by name, in a fixed order (the trace file numbers kinds by this order).

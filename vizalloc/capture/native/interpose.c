@@ -84,6 +84,9 @@ enum {
     C_SCHED_FREE = 13,
     C_BUFT_ALLOC_BUFFER = 14,
     C_BUFFER_RESET = 15,
+    C_GRAPH_COMPUTE = 16,          /* ggml-cpu's own compute, with or without a backend */
+    C_GRAPH_COMPUTE_WITH_CTX = 17,
+    C_ALLOC_CTX_TENSORS = 18,      /* ggml's tensor allocator over a context, into new buffers */
 };
 
 enum { PLACE_TENSOR_ALLOC = 1, PLACE_VIEW_INIT = 2 };
@@ -589,6 +592,33 @@ VZ_LOCAL void put_library(ggml_lib *L, const char *reason) {
     rec_end(&r);
 }
 
+/* The size of struct ggml_tensor in each library (0: the known 336 bytes). ggml built with
+ * another GGML_MAX_NAME has the same fields at the same offsets up to the name, then the
+ * name, then extra and 8 bytes of padding: its size says how long the name is. */
+VZ_LOCAL size_t g_tensor_size[MAX_LIBS];
+#define NAME_TAIL 16 /* extra and padding after the name */
+
+VZ_LOCAL int name_fits(size_t size) {
+    return size > OFF_NAME + NAME_TAIL && (size - OFF_NAME - NAME_TAIL) % 8 == 0 &&
+           size - OFF_NAME - NAME_TAIL <= 4096;
+}
+
+VZ_LOCAL size_t tensor_size(const ggml_lib *L) { return g_tensor_size[L->id] ? g_tensor_size[L->id] : TENSOR_SIZE_KNOWN; }
+
+/* What the capture compares to see whether a tensor changed (TENSOR_SIZE_KNOWN bytes): the
+ * fields before the name, the name's first 64 bytes, extra and padding. */
+VZ_LOCAL void tensor_snap(const ggml_lib *L, const void *t, unsigned char *out) {
+    size_t size = tensor_size(L);
+    if (size == TENSOR_SIZE_KNOWN) {
+        memcpy(out, t, TENSOR_SIZE_KNOWN);
+        return;
+    }
+    size_t head = OFF_NAME + (size - OFF_NAME - NAME_TAIL < 64 ? size - OFF_NAME - NAME_TAIL : 64);
+    memset(out, 0, TENSOR_SIZE_KNOWN);
+    memcpy(out, t, head);
+    memcpy(out + TENSOR_SIZE_KNOWN - NAME_TAIL, (const char *)t + size - NAME_TAIL, NAME_TAIL);
+}
+
 VZ_LOCAL void check_layout(ggml_lib *L) {
     const char *missing = NULL;
     if (!L->tensor_alloc) missing = "ggml_backend_tensor_alloc";
@@ -608,7 +638,11 @@ VZ_LOCAL void check_layout(ggml_lib *L) {
         return;
     }
     size_t size = L->tensor_overhead() - GGML_OBJECT_SIZE;
-    if (size != TENSOR_SIZE_KNOWN) {
+    if (size != TENSOR_SIZE_KNOWN && name_fits(size)) {
+        /* ggml built with another GGML_MAX_NAME: the same fields, a longer or shorter name
+         * (the first tensor confirms where the name is) */
+        g_tensor_size[L->id] = size;
+    } else if (size != TENSOR_SIZE_KNOWN) {
         L->status = -1;
         char why[256];
         snprintf(why, sizeof why, "struct ggml_tensor is %zu bytes; vizalloc knows the %d-byte layout", size,
@@ -650,6 +684,12 @@ VZ_LOCAL int tensor_layout_ok(ggml_lib *L, const void *t) {
     }
     if (why) {
         L->status = -1;
+        char text[256];
+        if (tensor_size(L) != TENSOR_SIZE_KNOWN) { /* the size was taken for another GGML_MAX_NAME */
+            snprintf(text, sizeof text, "struct ggml_tensor is %zu bytes, and not the %d-byte layout with another "
+                     "GGML_MAX_NAME: %s", tensor_size(L), TENSOR_SIZE_KNOWN, why);
+            why = text;
+        }
         put_library(L, why);
         return 0;
     }
@@ -821,6 +861,8 @@ VZ_LOCAL void put_buffer(ggml_lib *L, void *buffer, int how) {
 typedef struct {
     uintptr_t addr;
     uint64_t pass; /* the graph pass that last looked at it */
+    uint64_t walk; /* the walk of put_tensor_deep that last reached it */
+    int deep;      /* its ancestors were described when its bytes were last written */
     unsigned char bytes[TENSOR_SIZE_KNOWN];
 } tslot;
 VZ_LOCAL tslot *g_tensors;
@@ -846,6 +888,8 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
     if (g_tensors[j].addr == 0) {
         g_tensors[j].addr = addr;
         g_tensors[j].pass = 0;
+        g_tensors[j].walk = 0;
+        g_tensors[j].deep = 0;
         memset(g_tensors[j].bytes, 0xff, TENSOR_SIZE_KNOWN); /* never equal to a real tensor */
         g_tcount++;
     }
@@ -853,6 +897,19 @@ VZ_LOCAL tslot *tensor_slot(uintptr_t addr) {
 }
 
 VZ_LOCAL void put_tensor(ggml_lib *L, const void *t);
+
+/* A buffer was freed: the tensors last written naming it are written again when next seen.
+ * A buffer made later at the same address is another allocation, and a tensor made anew over
+ * the same memory (a context re-created where the last one was) can be byte for byte the
+ * tensor it replaces; unwritten, it would stay in the freed buffer. */
+VZ_LOCAL void forget_tensors_in(const void *buffer) {
+    for (size_t i = 0; i < g_tcap; i++) {
+        if (g_tensors[i].addr && RD(void *, g_tensors[i].bytes, OFF_BUFFER) == buffer) {
+            memset(g_tensors[i].bytes, 0xff, TENSOR_SIZE_KNOWN);
+            g_tensors[i].deep = 0;
+        }
+    }
+}
 
 VZ_LOCAL void put_tensor_refs(ggml_lib *L, const void *t) {
     /* what a snapshot refers to must be described before it: buffer, type, op names */
@@ -886,31 +943,92 @@ VZ_LOCAL void put_tensor(ggml_lib *L, const void *t) {
         if (s->pass == g_pass) return;
         s->pass = g_pass;
     }
-    if (s && memcmp(s->bytes, t, TENSOR_SIZE_KNOWN) == 0) return;
+    unsigned char snap[TENSOR_SIZE_KNOWN];
+    tensor_snap(L, t, snap);
+    if (s && memcmp(s->bytes, snap, TENSOR_SIZE_KNOWN) == 0) return;
     put_tensor_refs(L, t);
-    if (s) memcpy(s->bytes, t, TENSOR_SIZE_KNOWN);
+    if (s) memcpy(s->bytes, snap, TENSOR_SIZE_KNOWN);
     rec r;
     rec_begin(&r, R_TENSOR);
     rec_i64(&r, L->id);
     rec_ptr(&r, t);
-    rec_put(&r, t, TENSOR_SIZE_KNOWN);
+    rec_put(&r, t, tensor_size(L));
     rec_end(&r);
 }
 
-/* a tensor, its sources and its view root */
-VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
-    if (t == NULL) return;
-    const void *vs = RD(void *, t, OFF_VIEW_SRC);
-    if (vs) put_tensor(L, vs);
-    for (int k = 0; k < MAX_SRC; k++) {
-        const void *s = RD(void *, t, OFF_SRC + 8 * k);
-        if (s) {
-            const void *svs = RD(void *, s, OFF_VIEW_SRC);
-            if (svs) put_tensor(L, svs);
-            put_tensor(L, s);
+/* A tensor and every tensor it reaches (sources and view roots, transitively), ancestors
+ * first: the reader must know each tensor before one names it, and a tensor may reach
+ * tensors no graph of the allocator ever lists (ggml-opt's loss reads the outputs, which read
+ * tensors of the program's own graph). A tensor whose bytes did not change since it was
+ * written with its ancestors is not walked again, so placing the nodes of a graph one by one
+ * costs a few tensors each. ggml_cast makes a tensor its own source: the walk skips what it
+ * is already inside. */
+typedef struct {
+    const void *t;
+    int next; /* the next edge to follow: 0 the view root, 1..MAX_SRC the sources */
+} walk_item;
+VZ_LOCAL walk_item *g_walk;
+VZ_LOCAL size_t g_walk_cap;
+VZ_LOCAL uint64_t g_walks;
+
+VZ_LOCAL int walk_push(size_t *n, const void *t) {
+    if (*n == g_walk_cap) {
+        size_t ncap = g_walk_cap ? g_walk_cap * 2 : 256;
+        walk_item *w = realloc(g_walk, ncap * sizeof *w);
+        if (w == NULL) {
+            g_disabled = 1;
+            return 0;
         }
+        g_walk = w;
+        g_walk_cap = ncap;
     }
-    put_tensor(L, t);
+    g_walk[*n].t = t;
+    g_walk[*n].next = 0;
+    (*n)++;
+    return 1;
+}
+
+/* whether the walk goes into t's ancestors (it was not reached yet, and it changed or was
+ * never written with them) */
+VZ_LOCAL int walk_enter(const ggml_lib *L, const void *t, uint64_t walk) {
+    tslot *s = tensor_slot((uintptr_t)t);
+    if (s == NULL) return 1;
+    if (s->walk == walk || (g_pass && s->pass == g_pass)) return 0;
+    s->walk = walk;
+    if (!s->deep) return 1;
+    unsigned char snap[TENSOR_SIZE_KNOWN];
+    tensor_snap(L, t, snap);
+    return memcmp(s->bytes, snap, TENSOR_SIZE_KNOWN) != 0;
+}
+
+VZ_LOCAL void put_tensor_deep(ggml_lib *L, const void *t) {
+    if (t == NULL || L->status < 0 || !tensor_layout_ok(L, t)) return;
+    uint64_t walk = ++g_walks;
+    size_t n = 0;
+    if (!walk_enter(L, t, walk)) {
+        put_tensor(L, t);
+        return;
+    }
+    if (!walk_push(&n, t)) return;
+    while (n > 0) {
+        walk_item *top = &g_walk[n - 1];
+        const void *cur = top->t, *next = NULL;
+        while (next == NULL && top->next <= MAX_SRC) {
+            int k = top->next++;
+            const void *c = k == 0 ? RD(void *, cur, OFF_VIEW_SRC) : RD(void *, cur, OFF_SRC + 8 * (k - 1));
+            if (c == NULL || c == cur) continue;
+            if (walk_enter(L, c, walk)) next = c;
+            else put_tensor(L, c); /* written already, or unchanged: put_tensor finds out cheaply */
+        }
+        if (next != NULL) {
+            if (!walk_push(&n, next)) return;
+            continue;
+        }
+        put_tensor(L, cur);
+        tslot *s = tensor_slot((uintptr_t)cur);
+        if (s) s->deep = 1;
+        n--;
+    }
 }
 
 /* every tensor of a graph (leafs first: they are what the nodes read) */
@@ -1104,10 +1222,53 @@ VZ_LOCAL int bye_cb(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
+/* A process that recorded nothing may still have run ggml: linked into one of its own objects
+ * (a Python extension, statically), where ggml's calls bind inside that object and no hook
+ * sees them. Each loaded object that defines ggml_init itself is named in a note, so the
+ * trace says what was found where instead of "no ggml". */
+typedef struct {
+    void *self;
+    int n;
+} unreached_ctx;
+
+/* The process this image was loaded into: a child forked from it that used no ggml of its
+ * own (a worker of Python's multiprocessing) says nothing about its parent's ggml. */
+VZ_LOCAL pid_t g_image_pid;
+__attribute__((constructor)) VZ_LOCAL void vz_note_image_pid(void) { g_image_pid = getpid(); }
+
+VZ_LOCAL int unreached_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    unreached_ctx *u = data;
+    const char *name = info->dlpi_name;
+    if (!name || !name[0] || (void *)info->dlpi_addr == u->self) return 0;
+    void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+    if (h == NULL) return 0;
+    void *sym = dlsym(h, "ggml_init");
+    Dl_info di;
+    if (sym && dladdr(sym, &di) && (uintptr_t)di.dli_fbase == (uintptr_t)info->dlpi_addr) {
+        const char *base = strrchr(name, '/');
+        base = base ? base + 1 : name;
+        if (strncmp(base, "libggml", 7) == 0) /* ggml's own shared library: seen had it been called */
+            note("ggml's shared library %s was loaded, but the program called none of its allocator, scheduler, "
+                 "buffer or compute functions%s", name, " (it used ggml without them, or not at all)");
+        else
+            note("ggml is linked into %s (it defines ggml_init itself), so its calls bind inside that object and "
+                 "none reached the capture%s", name,
+                 ": vizalloc needs ggml as a shared library of its own (build with -DBUILD_SHARED_LIBS=ON)");
+        u->n++;
+    }
+    dlclose(h);
+    return 0;
+}
+
 __attribute__((destructor)) VZ_LOCAL void vz_fini(void) {
     if (g_disabled || getpid() != g_pid) return;
     pthread_mutex_lock(&g_lock);
     t_inside++;
+    if (g_fd < 0 && g_len == 0 && getpid() == g_image_pid) {
+        unreached_ctx u = {self_base(), 0};
+        dl_iterate_phdr(unreached_cb, &u);
+    }
     if (g_fd >= 0 || g_len > 0) {
         rec r;
         rec_begin(&r, R_BYE);
@@ -1515,6 +1676,7 @@ VZ_EXPORT void ggml_backend_buffer_free(void *buffer) {
             int multi = L->buffer_is_multi ? L->buffer_is_multi(buffer) : 0;
             size_t size = L->buffer_get_size(buffer);
             freed_add(buffer, (size && !multi) ? (uintptr_t)L->buffer_get_base(buffer) : 0, size);
+            forget_tensors_in(buffer);
             t_inside--;
         }
         pmap_del(&g_buffers, buffer);
@@ -1660,4 +1822,101 @@ VZ_EXPORT void ggml_backend_tensor_copy(void *src, void *dst) {
     (void)caller;
     L->tensor_copy(src, dst);
     if (record && src && dst) put_io(L, IO_COPY, dst, 0, 0, src);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ggml without the graph allocator: ggml-cpu's own graph computes over context memory  */
+/* (ggml_graph_compute_with_ctx, as ggml's test-pool and gpt-2-ctx use it). They live in */
+/* libggml-cpu, not in the libggml-base whose entry the other hooks use, so the real     */
+/* function is looked up by itself; the tensors are described through that base library. */
+
+/* The definition of `name` that is not ours: the next one in the global scope, else the
+ * first loaded object (RTLD_LOCAL ones too) that defines it itself. */
+VZ_LOCAL void *real_symbol(const char *name) {
+    void *sym = dlsym(RTLD_NEXT, name);
+    if (sym != NULL) return sym;
+    find_ctx fc = {name, self_base(), NULL, {0}};
+    dl_iterate_phdr(find_cb, &fc);
+    if (fc.found_handle) sym = dlsym(fc.found_handle, name); /* the handle stays open: the object stays loaded */
+    return sym;
+}
+
+VZ_LOCAL void *cpu_entry(void **cache, const char *name, void *caller, ggml_lib **L, int *record) {
+    pthread_mutex_lock(&g_lock);
+    if (*cache == NULL) *cache = real_symbol(name);
+    void *real = *cache;
+    *L = real ? lib_for("ggml_backend_tensor_alloc", caller) : NULL;
+    *record = *L != NULL && !g_disabled && t_inside == 0 && (*L)->status >= 0;
+    pthread_mutex_unlock(&g_lock);
+    if (real == NULL) {
+        fprintf(stderr, "vizalloc capture: cannot find the real %s\n", name);
+        abort();
+    }
+    return real;
+}
+
+VZ_EXPORT int ggml_graph_compute(void *graph, void *cplan) {
+    static void *real_fn;
+    int record;
+    ggml_lib *L;
+    void *caller = __builtin_return_address(0);
+    int (*real)(void *, void *) = (int (*)(void *, void *))cpu_entry(&real_fn, "ggml_graph_compute", caller, &L,
+                                                                       &record);
+    int status;
+    SCHED_CALL(C_GRAPH_COMPUTE, NULL, graph, status = real(graph, cplan));
+    if (record) end_call(L, id, C_GRAPH_COMPUTE, NULL, status, NULL, 0, 0, t_call == 0);
+    return status;
+}
+
+VZ_EXPORT int ggml_graph_compute_with_ctx(void *ctx, void *graph, int n_threads) {
+    static void *real_fn;
+    int record;
+    ggml_lib *L;
+    void *caller = __builtin_return_address(0);
+    int (*real)(void *, void *, int) = (int (*)(void *, void *, int))cpu_entry(
+        &real_fn, "ggml_graph_compute_with_ctx", caller, &L, &record);
+    int status;
+    SCHED_CALL(C_GRAPH_COMPUTE_WITH_CTX, ctx, graph, status = real(ctx, graph, n_threads));
+    if (record) end_call(L, id, C_GRAPH_COMPUTE_WITH_CTX, NULL, status, NULL, 0, 0, t_call == 0);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* ggml's tensor allocator: every tensor of a context placed in a new buffer, in order     */
+/* (weights, KV caches, ggml-opt's static tensors). The placements inside are recorded as  */
+/* usual; the call around them lets the replay re-run the allocator and check each offset. */
+
+VZ_LOCAL void *g_real_alloc_ctx[MAX_LIBS];
+
+VZ_EXPORT void *ggml_backend_alloc_ctx_tensors_from_buft(void *ctx, void *buft) {
+    ENTER(tensor_alloc, "ggml_backend_alloc_ctx_tensors_from_buft");
+    LOCK();
+    void **slot = &g_real_alloc_ctx[L->id];
+    if (*slot == NULL) {
+        void *sym = dlsym(L->handle, "ggml_backend_alloc_ctx_tensors_from_buft");
+        Dl_info di;
+        if (sym && dladdr(sym, &di) && di.dli_fbase != self_base()) *slot = sym;
+    }
+    void *(*real)(void *, void *) = (void *(*)(void *, void *))*slot;
+    UNLOCK();
+    if (real == NULL) {
+        fprintf(stderr, "vizalloc capture: cannot find the real ggml_backend_alloc_ctx_tensors_from_buft\n");
+        abort();
+    }
+    uint64_t id = 0, saved = t_call;
+    if (record) {
+        LOCK();
+        t_inside++;
+        put_buft(L, buft);
+        t_inside--;
+        UNLOCK();
+        id = begin_call(L, C_ALLOC_CTX_TENSORS, ctx, NULL, NULL, NULL, 0, caller);
+        t_call = id;
+    }
+    void *buffer = real(ctx, buft);
+    if (record) {
+        t_call = saved;
+        end_call(L, id, C_ALLOC_CTX_TENSORS, NULL, buffer != NULL, NULL, 0, 0, t_call == 0);
+    }
+    return buffer;
 }
