@@ -336,6 +336,11 @@ class Importer:
             return
         rules = rules_for(r.version)
         self.rules[r.lib] = rules
+        # the library is described when the capture first needs it, which can be after its
+        # first graph allocator was made: those follow its rules too
+        for g in self.gallocs.values():
+            if g.lib == r.lib:
+                g.ga.rules = rules
         note = "" if is_known(r.version) else (
             f"ggml {r.version} is not a version vizalloc was checked against; its graphs are replayed with the "
             f"rules of {rules.version} and every difference is reported")

