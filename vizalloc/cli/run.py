@@ -154,10 +154,9 @@ def _run_program(args: argparse.Namespace, argv: list[str]) -> int:
     for path, result in traced.traces:
         err.write(f"  pid {result.pid}: {inert(path)}\n")
         for lib in result.libraries:
-            err.write(f"    ggml {inert(lib.version, 100)} from {inert(lib.path, 400)}\n")
             # whether this version's allocator was compared with vizalloc's rules (alloc.rules)
             how = f" ({rules.describe(lib.version)})" if lib.status >= 0 else ""
-            err.write(f"    ggml {lib.version} from {lib.path}{how}\n")
+            err.write(f"    ggml {inert(lib.version, 100)} from {inert(lib.path, 400)}{how}\n")
         if any(lib.status >= 0 for lib in result.libraries):
             err.write(f"    {result.replayed_calls} allocator calls replayed, {result.placements_checked:,} placements "
                       f"checked: {result.mismatches} replay difference(s); {result.computes} graph computes\n")
