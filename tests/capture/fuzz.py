@@ -41,7 +41,7 @@ from typing import Any
 from vizalloc.capture.rawfile import HEADER_SIZE
 from vizalloc.errors import VizallocError
 
-from tests.trace.fuzz import ABSURD, scale
+from tests.trace.fuzz import ABSURD, report, scale
 
 PROGRAM = Path(__file__).parent / "programs" / "ggml_python_add.py"
 CASE_SECONDS = 20.0
@@ -302,7 +302,6 @@ def run_all(factor: float, seed: int = 0) -> list[Campaign]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.capture.fuzz [--json] [--limit-as BYTES]`` (see the module docstring)."""
     import argparse
-    import json
 
     parser = argparse.ArgumentParser(prog="python -m tests.capture.fuzz")
     parser.add_argument("--json", action="store_true")
@@ -316,23 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         real_capture()  # the capture library is built (a compiler run) before the limit
         resource.setrlimit(resource.RLIMIT_AS, (args.limit_as, args.limit_as))
     campaigns = run_all(factor, seed=args.seed)
-    if args.json:
-        import resource
-
-        print(json.dumps({
-            "scale": factor, "seed": args.seed,
-            "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            "campaigns": [{"name": c.name, "cases": c.cases, "outcomes": dict(c.outcomes), "findings": c.findings}
-                          for c in campaigns],
-        }))
-    else:
-        print(f"fuzzing raw captures at scale {factor}, seed {args.seed}")
-        for c in campaigns:
-            print(c.line())
-            for f in c.findings[:20]:
-                print("   ", f)
-    return 1 if any(c.findings for c in campaigns) else 0
-
+    return report(campaigns, factor, args.seed, as_json=args.json, what="fuzzing raw captures")
 
 if __name__ == "__main__":
     raise SystemExit(main())

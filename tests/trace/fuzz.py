@@ -461,7 +461,6 @@ def main(argv: list[str] | None = None) -> int:
     ``VIZALLOC_FUZZ_SCALE``, print the counts (as JSON with ``--json``); with
     ``--limit-as``, under that address-space limit (``RLIMIT_AS``)."""
     import argparse
-    import json
 
     parser = argparse.ArgumentParser(prog="python -m tests.trace.fuzz")
     parser.add_argument("--json", action="store_true")
@@ -474,17 +473,25 @@ def main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (args.limit_as, args.limit_as))
     factor = scale()
     campaigns = run_all(factor, seed=args.seed)
-    if args.json:
+    return report(campaigns, factor, args.seed, as_json=args.json, what="fuzzing")
+
+
+def report(campaigns: list[Any], factor: float, seed: int, *, as_json: bool, what: str) -> int:
+    """Print a fuzz run's campaigns (one JSON line, for the test that runs it in a limited
+    process, or a line each); 1 if any campaign has findings. ``campaigns`` hold ``name``,
+    ``cases``, ``outcomes``, ``findings`` and ``line()``."""
+    if as_json:
+        import json
         import resource
 
         print(json.dumps({
-            "scale": factor, "seed": args.seed,
+            "scale": factor, "seed": seed,
             "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "campaigns": [{"name": c.name, "cases": c.cases, "outcomes": dict(c.outcomes), "findings": c.findings}
                           for c in campaigns],
         }))
     else:
-        print(f"fuzzing at scale {factor}, seed {args.seed} (set {SCALE_ENV} to change)")
+        print(f"{what} at scale {factor}, seed {seed} (set {SCALE_ENV} to change)")
         for c in campaigns:
             print(c.line())
             for f in c.findings[:20]:
