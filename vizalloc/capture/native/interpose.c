@@ -235,7 +235,7 @@ VZ_LOCAL pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
  * every compute's end and every 100 ms): a placement costs more (a page fault per 4 KiB
  * of records instead of a write per MiB), and a SIGKILL loses nothing instead of up to
  * 100 ms of records (benchmarks/capture_overhead.py; the figures are in the commit). */
-#define FORMAT_VERSION 2
+#define FORMAT_VERSION 3
 #define HEADER_SIZE 32
 #define WINDOW (64ul << 20) /* the largest window */
 #define SCRATCH_CAP (1u << 20) /* the longest record (rawfile.MAX_RECORD) */
@@ -255,6 +255,7 @@ VZ_LOCAL uint64_t *g_head;       /* the header, mapped for as long as the file i
 VZ_LOCAL char *g_win;            /* the window records are copied into */
 VZ_LOCAL uint64_t g_win_off, g_win_len, g_file_len;
 VZ_LOCAL uint64_t g_end;         /* the file offset after the last complete record */
+VZ_LOCAL uint64_t g_seq;         /* records in the file so far (each record's check counts it) */
 VZ_LOCAL int g_reopened;         /* the program closed (or reused) the capture's descriptor: say so */
 VZ_LOCAL int g_opened;           /* this image's file was created */
 VZ_LOCAL uint64_t g_generation = 1; /* which image's descriptions the "already written" marks belong to */
@@ -404,14 +405,44 @@ VZ_LOCAL void open_output(void) {
         return;
     }
     g_head = h;
-    static const char magic[16] = "VZCAPTURE\0\0\0\2\0\0\0"; /* name, FORMAT_VERSION */
+    static const char magic[16] = "VZCAPTURE\0\0\0\3\0\0\0"; /* name, FORMAT_VERSION */
     memcpy(g_head, magic, sizeof magic);
     g_end = HEADER_SIZE;
+    g_seq = 0;
     __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
 }
 
-/* One record's bytes into the file: copied, then counted in the header's end. */
-VZ_LOCAL void emit(const char *p, size_t n) {
+/* CRC-CCITT (polynomial 0x1021, no reflection), as Python's binascii.crc_hqx computes it, so
+ * the reader checks every record at C speed. The table is built at compile time: no
+ * constructor has to run before the first record. */
+#define CRC_T1(c) (((c) & 0x8000u) ? ((((c) << 1) ^ 0x1021u) & 0xFFFFu) : (((c) << 1) & 0xFFFFu))
+#define CRC_T8(b) CRC_T1(CRC_T1(CRC_T1(CRC_T1(CRC_T1(CRC_T1(CRC_T1(CRC_T1((unsigned)(b) << 8))))))))
+#define CRC_R4(b) CRC_T8(b), CRC_T8((b) + 1), CRC_T8((b) + 2), CRC_T8((b) + 3)
+#define CRC_R16(b) CRC_R4(b), CRC_R4((b) + 4), CRC_R4((b) + 8), CRC_R4((b) + 12)
+#define CRC_R64(b) CRC_R16(b), CRC_R16((b) + 16), CRC_R16((b) + 32), CRC_R16((b) + 48)
+static const uint16_t crc_table[256] = {CRC_R64(0), CRC_R64(64), CRC_R64(128), CRC_R64(192)};
+
+VZ_LOCAL uint16_t crc16(uint16_t crc, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) crc = (uint16_t)((crc << 8) ^ crc_table[((crc >> 8) ^ p[i]) & 0xFFu]);
+    return crc;
+}
+
+/* A record's check, in its frame's two spare bytes: over its sequence number in the file
+ * (u64, 0 for the first record after the header: a dropped, repeated or swapped record
+ * fails too), the frame's kind and length bytes and the payload; started at 0xFFFF so that
+ * zero fill never checks (rawfile.frame computes the same). */
+VZ_LOCAL void rec_check(char *p, size_t n, uint64_t seq) {
+    unsigned char head[14];
+    memcpy(head, &seq, 8); /* little-endian: the capture runs on x86-64 and arm64 Linux */
+    memcpy(head + 8, p, 2);
+    memcpy(head + 10, p + 4, 4);
+    uint16_t crc = crc16(0xFFFFu, head, sizeof head);
+    crc = crc16(crc, (const unsigned char *)p + 8, n - 8);
+    memcpy(p + 2, &crc, 2);
+}
+
+/* One record's bytes into the file: checked, copied, then counted in the header's end. */
+VZ_LOCAL void emit(char *p, size_t n) {
     if (g_disabled) return;
     if (g_fd < 0) open_output();
     if (g_disabled) return;
@@ -419,12 +450,14 @@ VZ_LOCAL void emit(const char *p, size_t n) {
         stop_recording();
         return;
     }
+    rec_check(p, n, g_seq);
     memcpy(g_win + (g_end - g_win_off), p, n);
+    g_seq++;
     g_end += n;
     __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
 }
 
-/* A record: u16 kind, u16 reserved, u32 payload length, payload. */
+/* A record: u16 kind, u16 check (rec_check), u32 payload length, payload. */
 typedef struct {
     char *p;
     size_t len;
