@@ -1,8 +1,8 @@
 """The fuzz campaigns of ``tests/capture/fuzz.py`` over the raw capture of a real ggml
 program, seeded, in one subprocess whose address space is limited: every hostile variant
-is a clear error or an accepted capture with a note (or imports unchanged; in the value
-campaigns, where a value may become another valid one, an accepted difference is counted),
-no other exception escapes, no case hangs, and a failed import leaves the process able to
+is a clear error or an accepted capture with a note (or imports unchanged: damage on bytes
+nobody reads); none, in any campaign, imports to another result without a note (every
+record carries a check over its place in the file and its bytes), no other exception escapes, no case hangs, and a failed import leaves the process able to
 import the next capture. ``VIZALLOC_FUZZ_SCALE`` sizes them (1: about 15 s); ``pytest -s`` prints
 the counts per campaign."""
 
@@ -37,7 +37,9 @@ def campaigns() -> dict[str, dict[str, Any]]:
 
 
 def clean(c: dict[str, Any]) -> None:
+    # "accepted, differs" is a finding in every campaign: 0 corrupt captures accepted without a note
     assert not c["findings"], "\n".join(c["findings"][:20])
+    assert "accepted, differs" not in c["outcomes"]
     assert c["cases"] > 0
 
 
@@ -51,22 +53,26 @@ def test_every_truncation_point(campaigns: dict[str, dict[str, Any]]) -> None:
 @pytest.mark.parametrize("name", ["absurd lengths", "record kinds"])
 def test_structural_damage_is_never_accepted_silently(campaigns: dict[str, dict[str, Any]], name: str) -> None:
     c = campaigns[name]
-    clean(c)  # "accepted, differs" is a finding here
+    clean(c)
     assert c["outcomes"].get("error", 0) > 0.9 * c["cases"]
 
 
 @pytest.mark.parametrize("name", ["byte flips", "word edits", "tensor struct edits", "colliding ids",
                                   "record shuffles"])
-def test_value_damage_never_escapes_or_hangs(campaigns: dict[str, dict[str, Any]], name: str) -> None:
-    clean(campaigns[name])
+def test_value_damage_is_never_accepted_silently(campaigns: dict[str, dict[str, Any]], name: str) -> None:
+    c = campaigns[name]
+    clean(c)
+    # a changed value or a moved record fails its record's check: nearly every case is an error
+    # (the rest fell on bytes after the records' end, which nobody reads, or cut the file)
+    assert c["outcomes"].get("error", 0) > 0.9 * c["cases"], c["outcomes"]
 
 
 def test_the_harness_finds_what_escapes_and_what_is_left_behind(tmp_path: Any) -> None:
-    """A damaged capture accepted silently in a structural campaign, an exception that is not
+    """A damaged capture accepted silently, an exception that is not
     a VizallocError, and an import that spoils the next one are all findings."""
     r = fuzz.Runner.__new__(fuzz.Runner)
     r.data, r.workdir, r.baseline = b"", str(tmp_path), ("baseline",)
-    c = fuzz.Campaign("record kinds")
+    c = fuzz.Campaign("byte flips")
     original = fuzz.import_once
     try:
         fuzz.import_once = lambda data, workdir: (type("R", (), {"notes": [], "mismatches": 0, "cut_at": None})(),

@@ -13,20 +13,17 @@ from pathlib import Path
 import pytest
 
 from vizalloc.capture import import_capture
+from vizalloc.capture import rawfile as rf
 from vizalloc.errors import VizallocError
 from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
-from tests.capture.fuzz import real_capture, records_of
+from tests.capture.fuzz import real_capture, records_of, sealed
 
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return real_capture()
-
-
-def record(kind: int, payload: bytes) -> bytes:
-    return struct.pack("<HHI", kind, 0, len(payload)) + payload
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -44,8 +41,8 @@ def intact_imports(tmp_path: Path, capture: bytes) -> None:
 
 def test_a_record_longer_than_its_content(tmp_path: Path, capture: bytes) -> None:
     pos, kind, length = next(x for x in records_of(capture) if x[1] == 9)  # ggml_backend_buffer_set_usage
-    bad = capture[:pos] + struct.pack("<HHI", kind, 0, length + 8) + capture[pos + 8:pos + 8 + length] + bytes(8) \
-        + capture[pos + 8 + length:]
+    bad = sealed(capture[:pos] + struct.pack("<HHI", kind, 0, length + 8) + capture[pos + 8:pos + 8 + length]
+                 + bytes(8) + capture[pos + 8 + length:])  # with valid checks: the decoder's own test
     with pytest.raises(VizallocError, match=f"capture record at byte {pos} \\(kind 9\\) says {length + 8} bytes, but "
                                             "its content ends 8 bytes before that"):
         import_capture(write(tmp_path, "long.vzcap", bad), tmp_path / "t.vztrace")
@@ -56,6 +53,7 @@ def test_a_chunk_naming_a_buffer_type_never_described(tmp_path: Path, capture: b
     pos, _, _ = next(x for x in records_of(capture) if x[1] == 6)  # the graph allocator's chunk
     bad = bytearray(capture)
     struct.pack_into("<Q", bad, pos + 8 + 16, 0xBAD0)  # its buffer type
+    bad = bytearray(sealed(bytes(bad)))  # with a valid check: what the import makes of the value
     # the import stops there and says so: the trace is incomplete (check's incomplete-capture)
     result = import_capture(write(tmp_path, "buft.vzcap", bytes(bad)), tmp_path / "t.vztrace")
     assert "names a buffer type never described" in result.incomplete, result
@@ -67,13 +65,13 @@ def _buffers(capture: bytes, n: int, size: int) -> bytes:
     """The capture with ``n`` more buffers of ``size`` bytes, seen in use before its end."""
     (buft_pos, _, _) = next(x for x in records_of(capture) if x[1] == 5)
     buft = struct.unpack_from("<Q", capture, buft_pos + 8 + 8)[0]
-    extra = b"".join(record(6, struct.pack("<qQQQQqqQQ", 0, 0xB000 + 64 * i, buft, 0x10000 + i * size, size, 0, 2, 0, 0))
+    extra = b"".join(rf.frame(0, 6, struct.pack("<qQQQQqqQQ", 0, 0xB000 + 64 * i, buft, 0x10000 + i * size, size, 0, 2, 0, 0))
                      for i in range(n))
     (bye, _, _) = next(x for x in records_of(capture) if x[1] == 16)
     out = bytearray(capture[:bye] + extra + capture[bye:])
     end = int.from_bytes(capture[16:24], "little")
     out[16:24] = (end + len(extra)).to_bytes(8, "little")  # the header says where the records end
-    return bytes(out)
+    return sealed(bytes(out))  # every record's check for its new place
 
 
 def test_a_buffer_larger_than_any_address_space_is_refused(tmp_path: Path, capture: bytes) -> None:
@@ -96,6 +94,6 @@ def test_a_failed_import_leaves_no_recorder_behind(tmp_path: Path, capture: byte
     from vizalloc.trace import recorder
 
     with pytest.raises(VizallocError):
-        import_capture(write(tmp_path, "cut.vzcap", capture[:16] + record(99, b"")), tmp_path / "t.vztrace")
+        import_capture(write(tmp_path, "cut.vzcap", capture[:16] + rf.frame(0, 99, b"")), tmp_path / "t.vztrace")
     assert not recorder.active()
     intact_imports(tmp_path, capture)

@@ -18,6 +18,7 @@ from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
 from tests.capture.conftest import PROGRAMS, run
+from tests.capture.fuzz import sealed
 from tests.capture.test_bad_input import STATIC_GGML
 
 
@@ -38,7 +39,7 @@ def _without_first_tensor(data: bytes, name: bytes) -> bytes:
         kind, length = struct.unpack_from("<H2xI", data, pos)
         end = pos + 8 + length
         if kind == 10 and data[pos + 8 + 16 + 256:end].split(b"\0", 1)[0] == name:
-            return data[:pos] + data[end:]
+            return sealed(data[:pos] + data[end:])  # the records after it framed again for their new places
         pos = end
     raise AssertionError(f"no tensor {name!r} in the capture")
 

@@ -12,8 +12,9 @@ from vizalloc.capture import rawfile as rf
 HEADER = rf.MAGIC + rf.FORMAT_VERSION.to_bytes(4, "little") + bytes(16)  # records to the file's end
 
 
-def record(kind: int, payload: bytes) -> bytes:
-    return struct.pack("<HHI", kind, 0, len(payload)) + payload
+def frames(*recs: tuple[int, bytes]) -> bytes:
+    """``(kind, payload)`` records framed as a file's first records, with their checks."""
+    return b"".join(rf.frame(seq, kind, payload) for seq, (kind, payload) in enumerate(recs))
 
 
 def text(s: str) -> bytes:
@@ -35,11 +36,12 @@ def continuation(call: int, which: int, start: int, items: list[int], fmt: str) 
 def test_a_graph_in_continuation_records_is_reassembled_in_place() -> None:
     nodes = list(range(100, 100 + 5))
     leafs = [900, 901]
-    data = HEADER + record(11, call_head(3, 5, 2, ids=True))
-    data += record(11, continuation(3, 0, 0, nodes[:3], "Q")) + record(11, continuation(3, 0, 3, nodes[3:], "Q"))
-    data += record(11, continuation(3, 1, 0, leafs, "Q"))
-    data += record(17, text("a note in between"))  # records of the call come after it, not before
-    data += record(11, continuation(3, 2, 0, [0, 1, 0, 1, 0], "i"))
+    data = HEADER + frames(
+        (11, call_head(3, 5, 2, ids=True)),
+        (11, continuation(3, 0, 0, nodes[:3], "Q")), (11, continuation(3, 0, 3, nodes[3:], "Q")),
+        (11, continuation(3, 1, 0, leafs, "Q")),
+        (17, text("a note in between")),  # records of the call come after it, not before
+        (11, continuation(3, 2, 0, [0, 1, 0, 1, 0], "i")))
     records, cut = rf.read_records(data)
     assert cut is None
     assert isinstance(records[0], rf.Note)
@@ -50,8 +52,8 @@ def test_a_graph_in_continuation_records_is_reassembled_in_place() -> None:
 
 
 def test_a_file_cut_inside_a_record_keeps_the_records_before() -> None:
-    first = record(17, text("first"))
-    whole = HEADER + first + record(17, text("second"))
+    first = frames((17, text("first")))
+    whole = HEADER + frames((17, text("first")), (17, text("second")))
     for cut_at in range(len(HEADER) + 1, len(whole)):
         records, cut = rf.read_records(whole[:cut_at])
         texts = [r.text for r in records if isinstance(r, rf.Note)]
@@ -68,15 +70,15 @@ def test_damage_is_named_by_its_byte_offset() -> None:
     with pytest.raises(rf.CaptureFormatError, match="format 9"):
         rf.read_records(rf.MAGIC + (9).to_bytes(4, "little"))
     with pytest.raises(rf.CaptureFormatError, match="byte 32 has an unknown kind 99"):
-        rf.read_records(HEADER + record(99, b""))
+        rf.read_records(HEADER + frames((99, b"")))
     # a galloc record claiming more buffer types than it holds
     bad = struct.pack("<qQQq", 0, 1, 0, 1 << 40)
     with pytest.raises(rf.CaptureFormatError, match="byte 32 claims"):
-        rf.read_records(HEADER + record(14, bad))
+        rf.read_records(HEADER + frames((14, bad)))
     with pytest.raises(rf.CaptureFormatError, match="claims 4294967295 bytes"):
-        rf.read_records(HEADER + struct.pack("<HHI", 17, 0, 0xFFFFFFFF))
+        rf.read_records(HEADER + struct.pack("<HHI", 17, 0, 0xFFFFFFFF))  # refused before its check
     with pytest.raises(rf.CaptureFormatError, match="continues call 5, which never began"):
-        rf.read_records(HEADER + record(11, continuation(5, 0, 0, [1], "Q")))
+        rf.read_records(HEADER + frames((11, continuation(5, 0, 0, [1], "Q"))))
 
 
 def mapped(body: bytes, tail: bytes = bytes(4096)) -> bytes:
@@ -86,12 +88,12 @@ def mapped(body: bytes, tail: bytes = bytes(4096)) -> bytes:
 
 
 def test_the_header_says_where_the_records_end() -> None:
-    body = record(17, text("first")) + record(21, struct.pack("<Q", 42))
+    body = frames((17, text("first")), (21, struct.pack("<Q", 42)))
     # the window's zero fill after the last record: the file is whole
     records, cut = rf.read_records(mapped(body))
     assert records == [rf.Note("first"), rf.Thread(42)] and cut is None
     # a record whose copy a kill cut short lies after the end: reading stops at the end and says so
-    torn = record(17, text("second"))[:9]
+    torn = rf.frame(2, 17, text("second"))[:9]
     records, cut = rf.read_records(mapped(body, torn + bytes(100)))
     assert records == [rf.Note("first"), rf.Thread(42)] and cut == len(HEADER) + len(body)
     # a file shorter than its header says (copied while written): cut where it ends
@@ -103,7 +105,7 @@ def test_the_header_says_where_the_records_end() -> None:
 def test_hello_names_the_image_and_its_command_line() -> None:
     argv = b"python\0prog.py\0second\0"
     payload = struct.pack("<qqQ", 10, 1, 5) + text("/usr/bin/python") + struct.pack("<qI", 2, len(argv)) + argv
-    (hello,), _ = rf.read_records(HEADER + record(1, payload))
+    (hello,), _ = rf.read_records(HEADER + frames((1, payload)))
     assert hello == rf.Hello(10, 1, 5, "/usr/bin/python", 2, ("python", "prog.py", "second"))
 
 
@@ -115,3 +117,27 @@ def test_image_files_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert [p.name for p in rf.image_files(tmp_path, program_pid=9)] == [
         "capture.9.2.vzcap", "capture.9.10.vzcap", "capture.5.0.vzcap", "capture.7.0.vzcap", "capture.7.1.vzcap"]
     assert rf.image_key("capture.7.1.vzcap") == (7, 1) and rf.image_key("capture.5.vzcap") is None
+
+
+def test_every_record_carries_its_check() -> None:
+    """A changed byte, and a record dropped, repeated or moved, fails the check of the record
+    where it shows (its byte offset, its kind and what to do); the frame's check is
+    ``binascii.crc_hqx``, as the capture library computes it."""
+    recs = [(17, text("first")), (21, struct.pack("<Q", 42)), (17, text("third"))]
+    framed = [rf.frame(seq, kind, payload) for seq, (kind, payload) in enumerate(recs)]
+    assert rf.read_records(mapped(b"".join(framed)))[0] == [rf.Note("first"), rf.Thread(42), rf.Note("third")]
+    second = len(HEADER) + len(framed[0])
+    for body, at, kind in [
+        (framed[0][:-1] + b"F" + b"".join(framed[1:]), len(HEADER), 17),   # a name's last letter changed
+        (framed[0] + framed[2], second, 17),                                # the second record dropped
+        (framed[0] + framed[0] + b"".join(framed[1:]), second, 17),         # the first one repeated
+        (framed[1] + framed[0] + framed[2], len(HEADER), 21),               # the first two swapped
+    ]:
+        with pytest.raises(rf.CaptureFormatError, match=f"capture record at byte {at} \\(kind {kind}, record "
+                                                        ".* fails its check.*capture the program again"):
+            rf.read_records(mapped(body))
+    # the frame's spare half-word is the check itself: a flipped bit there fails too
+    flipped = bytearray(framed[0])
+    flipped[2] ^= 1
+    with pytest.raises(rf.CaptureFormatError, match="byte 32 \\(kind 17, record 0 of the file\\) fails its check"):
+        rf.read_records(mapped(bytes(flipped) + b"".join(framed[1:])))

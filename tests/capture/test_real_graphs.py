@@ -119,6 +119,7 @@ def test_the_tensor_allocator_is_replayed_and_checked(tmp_path: Path) -> None:
 def test_a_tensor_allocator_offset_that_differs_is_reported(tmp_path: Path) -> None:
     import struct as st
 
+    from tests.capture.fuzz import sealed
     from tests.capture.test_incomplete import _capture
     from vizalloc.capture import import_capture
     from vizalloc.capture import rawfile as rf
@@ -136,7 +137,7 @@ def test_a_tensor_allocator_offset_that_differs_is_reported(tmp_path: Path) -> N
             break
         pos += 8 + length
     assert moved == 1
-    (tmp_path / "moved.vzcap").write_bytes(bytes(data))
+    (tmp_path / "moved.vzcap").write_bytes(sealed(bytes(data)))  # with a valid check: the replay judges the value
     result = import_capture(tmp_path / "moved.vzcap", tmp_path / "t.vztrace")
     assert result.mismatches >= 1 and not result.incomplete
     events = load(tmp_path / "t.vztrace").events
@@ -153,7 +154,7 @@ def _renamed(data: bytes, kind: int, old: bytes, new: bytes) -> bytes:
 
     from vizalloc.capture import rawfile as rf
 
-    out, pos, done = bytearray(data[:rf.HEADER_SIZE]), rf.HEADER_SIZE, False
+    out, pos, done, seq = bytearray(data[:rf.HEADER_SIZE]), rf.HEADER_SIZE, False, 0
     end = int.from_bytes(data[16:24], "little") or len(data)  # the header says where the records end
     while pos < end:
         k, length = st.unpack_from("<H2xI", data, pos)
@@ -162,8 +163,8 @@ def _renamed(data: bytes, kind: int, old: bytes, new: bytes) -> bytes:
         if k == kind and not done and payload[fixed + 4:] == old:
             payload = payload[:fixed] + st.pack("<I", len(new)) + new
             done = True
-        out += st.pack("<H2xI", k, len(payload)) + payload
-        pos += 8 + length
+        out += rf.frame(seq, k, payload)
+        pos, seq = pos + 8 + length, seq + 1
     assert done, f"no record of kind {kind} named {old!r}"
     out[16:24] = len(out).to_bytes(8, "little")
     return bytes(out)

@@ -10,8 +10,13 @@ images first, in exec order, then every other process's, by pid and image);
 
 **Contents**: what ``native/interpose.c`` writes. A 32-byte header (``VZCAPTURE``, the
 format version, the ``u64`` length of the complete records, header included (0: the file's
-length), and 8 reserved bytes), then records back to back: a little-endian ``u16`` kind
-(``RecordKind``), two reserved bytes, a ``u32`` payload length, the payload. Integers are
+length), and 8 reserved bytes), then records back to back, each an 8-byte frame and its
+payload. The frame is a little-endian ``u16`` kind (``RecordKind``), a ``u16`` check and a
+``u32`` payload length. The check is CRC-CCITT (``binascii.crc_hqx``, started at 0xFFFF)
+over the record's sequence number in its file (a little-endian ``u64``, 0 for the first
+record after the header), the frame's kind and length bytes and the payload, so a changed
+byte, and a record dropped, repeated or moved, is a damaged capture, not another valid one
+(``frame`` builds a record with its check). Integers are
 8 bytes, strings a ``u32`` length and UTF-8 bytes (undecodable bytes are replaced, never
 trusted), tensors the raw bytes of ``struct ggml_tensor`` (decoded by ``layout.py``
 against the layout the capture checked). The capture copies records into a memory map of
@@ -21,7 +26,7 @@ header's length are zero fill, or a record cut short by a kill in the middle of 
 which thread the records after it come from.
 
     >>> from vizalloc.capture.rawfile import read_records
-    >>> header = b"VZCAPTURE\\0\\0\\0\\2\\0\\0\\0" + (32).to_bytes(8, "little") + bytes(8)
+    >>> header = b"VZCAPTURE\\0\\0\\0\\3\\0\\0\\0" + (32).to_bytes(8, "little") + bytes(8)
     >>> records, cut_at = read_records(header + bytes(4096))  # an empty capture, its window's zero fill
     >>> records, cut_at
     ([], None)
@@ -29,6 +34,7 @@ which thread the records after it come from.
 
 from __future__ import annotations
 
+import binascii
 import enum
 import os
 import struct
@@ -39,7 +45,7 @@ from pathlib import Path
 from vizalloc.errors import TraceFormatError
 
 MAGIC = b"VZCAPTURE\0\0\0"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 HEADER_SIZE = 32
 #: No record is longer than the capture's 1 MiB scratch space (``SCRATCH_CAP``).
 MAX_RECORD = 1 << 20
@@ -47,6 +53,19 @@ MAX_RECORD = 1 << 20
 
 class CaptureFormatError(TraceFormatError):
     """A capture file is not one, or is damaged before its end (the message names the byte offset)."""
+
+
+def _check_of(seq: int, head: bytes | memoryview, payload: bytes | memoryview) -> int:
+    """A record's check (interpose.c's ``rec_check``): see the module docstring."""
+    crc = binascii.crc_hqx(seq.to_bytes(8, "little") + bytes(head[0:2]) + bytes(head[4:8]), 0xFFFF)
+    return binascii.crc_hqx(payload, crc)
+
+
+def frame(seq: int, kind: int, payload: bytes) -> bytes:
+    """One record as the capture writes it: its frame, with its check for sequence number
+    ``seq`` (0 for a file's first record), and its payload."""
+    head = struct.pack("<H2xI", kind, len(payload))
+    return struct.pack("<HHI", kind, _check_of(seq, head, payload), len(payload)) + payload
 
 
 # -- file names ------------------------------------------------------------------------
@@ -648,6 +667,7 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
     claimed = said or len(data)
     pos, end = HEADER_SIZE, min(len(data), max(claimed, HEADER_SIZE))
     cut_at: int | None = None
+    seq, view = 0, memoryview(data)  # the check reads payloads in place
     if claimed > len(data) or bytes(data[end:end + MAX_RECORD + 8]).strip(b"\0"):
         cut_at = end
     while pos < end:
@@ -669,6 +689,13 @@ def read_records(data: bytes | memoryview) -> tuple[list[Record], int | None]:
                                          f"byte {said:,}, where the header says the complete records end")
             cut_at = pos
             break
+        check = int.from_bytes(data[pos + 2:pos + 4], "little")
+        if check != _check_of(seq, view[pos:pos + 8], view[pos + 8:pos + 8 + length]):
+            raise CaptureFormatError(
+                f"capture record at byte {pos} (kind {kind}, record {seq} of the file) fails its check: the capture "
+                "file was changed after the capture wrote it (a record altered, dropped, repeated or moved), so it "
+                "cannot be replayed as the program's run: capture the program again")
+        seq += 1
         cursor = _Cursor(data, pos + 8, pos + 8 + length)
         record = _decode(kind, cursor, pending)
         if cursor.left:  # a length that does not match the content: the record is not what it says

@@ -235,7 +235,7 @@ VZ_LOCAL pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
  * every compute's end and every 100 ms): a placement costs more (a page fault per 4 KiB
  * of records instead of a write per MiB), and a SIGKILL loses nothing instead of up to
  * 100 ms of records (benchmarks/capture_overhead.py; the figures are in the commit). */
-#define FORMAT_VERSION 2
+#define FORMAT_VERSION 3
 #define HEADER_SIZE 32
 #define WINDOW (64ul << 20) /* the largest window */
 #define SCRATCH_CAP (1u << 20) /* the longest record (rawfile.MAX_RECORD) */
@@ -255,6 +255,7 @@ VZ_LOCAL uint64_t *g_head;       /* the header, mapped for as long as the file i
 VZ_LOCAL char *g_win;            /* the window records are copied into */
 VZ_LOCAL uint64_t g_win_off, g_win_len, g_file_len;
 VZ_LOCAL uint64_t g_end;         /* the file offset after the last complete record */
+VZ_LOCAL uint64_t g_seq;         /* records in the file so far (each record's check counts it) */
 VZ_LOCAL int g_reopened;         /* the program closed (or reused) the capture's descriptor: say so */
 VZ_LOCAL int g_opened;           /* this image's file was created */
 VZ_LOCAL uint64_t g_generation = 1; /* which image's descriptions the "already written" marks belong to */
@@ -364,6 +365,36 @@ VZ_LOCAL int map_window(uint64_t need) {
     return 1;
 }
 
+/* CRC-CCITT (polynomial 0x1021, no reflection), as Python's binascii.crc_hqx computes it, so
+ * the reader checks every record at C speed. Four bytes a step ("slicing by 4": crc_table[k]
+ * is a byte followed by k zero bytes): a 4 MiB capture of llama.cpp checks in a quarter of
+ * the time of the one-table byte loop (2.7 against 10.3 ms on the development machine),
+ * which was 0.7% of the program's CPU. Built when the capture opens its file. */
+VZ_LOCAL uint16_t crc_table[4][256];
+VZ_LOCAL int crc_ready;
+
+VZ_LOCAL void crc_init(void) {
+    for (unsigned b = 0; b < 256; b++) {
+        unsigned c = b << 8;
+        for (int k = 0; k < 8; k++) c = (c & 0x8000u) ? ((c << 1) ^ 0x1021u) : (c << 1);
+        crc_table[0][b] = (uint16_t)c;
+    }
+    for (int k = 1; k < 4; k++)
+        for (unsigned b = 0; b < 256; b++) {
+            uint16_t p = crc_table[k - 1][b];
+            crc_table[k][b] = (uint16_t)((p << 8) ^ crc_table[0][p >> 8]);
+        }
+    crc_ready = 1;
+}
+
+VZ_LOCAL uint16_t crc16(uint16_t crc, const unsigned char *p, size_t n) {
+    for (; n >= 4; p += 4, n -= 4)
+        crc = (uint16_t)(crc_table[3][(crc >> 8) ^ p[0]] ^ crc_table[2][(crc & 0xFFu) ^ p[1]] ^
+                         crc_table[1][p[2]] ^ crc_table[0][p[3]]);
+    for (; n; p++, n--) crc = (uint16_t)((crc << 8) ^ crc_table[0][((crc >> 8) ^ *p) & 0xFFu]);
+    return crc;
+}
+
 VZ_LOCAL void open_output(void) {
     if (g_fd >= 0 || g_disabled) return;
     if (g_dir[0] == '\0' || g_opened) { /* once per image: a lost file is not replaced by a new one */
@@ -404,14 +435,30 @@ VZ_LOCAL void open_output(void) {
         return;
     }
     g_head = h;
-    static const char magic[16] = "VZCAPTURE\0\0\0\2\0\0\0"; /* name, FORMAT_VERSION */
+    static const char magic[16] = "VZCAPTURE\0\0\0\3\0\0\0"; /* name, FORMAT_VERSION */
     memcpy(g_head, magic, sizeof magic);
     g_end = HEADER_SIZE;
+    g_seq = 0;
+    if (!crc_ready) crc_init();
     __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
 }
 
-/* One record's bytes into the file: copied, then counted in the header's end. */
-VZ_LOCAL void emit(const char *p, size_t n) {
+/* A record's check, in its frame's two spare bytes: over its sequence number in the file
+ * (u64, 0 for the first record after the header: a dropped, repeated or swapped record
+ * fails too), the frame's kind and length bytes and the payload; started at 0xFFFF so that
+ * zero fill never checks (rawfile.frame computes the same). */
+VZ_LOCAL void rec_check(char *p, size_t n, uint64_t seq) {
+    unsigned char head[14];
+    memcpy(head, &seq, 8); /* little-endian: the capture runs on x86-64 and arm64 Linux */
+    memcpy(head + 8, p, 2);
+    memcpy(head + 10, p + 4, 4);
+    uint16_t crc = crc16(0xFFFFu, head, sizeof head);
+    crc = crc16(crc, (const unsigned char *)p + 8, n - 8);
+    memcpy(p + 2, &crc, 2);
+}
+
+/* One record's bytes into the file: checked, copied, then counted in the header's end. */
+VZ_LOCAL void emit(char *p, size_t n) {
     if (g_disabled) return;
     if (g_fd < 0) open_output();
     if (g_disabled) return;
@@ -419,12 +466,14 @@ VZ_LOCAL void emit(const char *p, size_t n) {
         stop_recording();
         return;
     }
+    rec_check(p, n, g_seq);
     memcpy(g_win + (g_end - g_win_off), p, n);
+    g_seq++;
     g_end += n;
     __atomic_store_n(&g_head[2], g_end, __ATOMIC_RELEASE);
 }
 
-/* A record: u16 kind, u16 reserved, u32 payload length, payload. */
+/* A record: u16 kind, u16 check (rec_check), u32 payload length, payload. */
 typedef struct {
     char *p;
     size_t len;
