@@ -127,8 +127,12 @@ def test_ctrl_c_stops_explain_sweep_and_its_children(tmp_path: Path, gemma: str)
     """On main the sweep ignored Ctrl-C: it ran every setting and exited 0."""
     s = Session.vizalloc(["explain", gemma, "--metadata-only", "--sweep", "ctx=1024,2048,4096,8192,16384,32768"],
                          tmp_path)
-    s.wait_for("ctx 1024", 120)  # the first setting's process is running
-    s.ctrl_c()
+    s.wait_for("ctx 1024", 120)  # the first setting has begun
+    deadline = time.monotonic() + 60
+    while not [p for p in Path("/proc").glob("[0-9]*") if _is_driver_of(p, tmp_path)]:
+        assert time.monotonic() < deadline, s.text  # its llama.cpp process never started
+        time.sleep(0.05)
+    s.ctrl_c()  # while the setting's process runs
     code = s.finish(120)
     assert code == 130, s.text
     assert s.text.rstrip().endswith("interrupted"), s.text
