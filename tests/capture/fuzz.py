@@ -25,7 +25,6 @@ python -m tests.capture.fuzz`` runs them long and prints the counts per campaign
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import signal
@@ -35,14 +34,13 @@ import sys
 import tempfile
 import traceback
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vizalloc.capture.rawfile import HEADER_SIZE, frame
 from vizalloc.errors import VizallocError
 
-from tests.trace.fuzz import ABSURD, report, scale
+from tests.trace.fuzz import ABSURD, Tally, report, scale
 
 PROGRAM = Path(__file__).parent / "programs" / "ggml_python_add.py"
 CASE_SECONDS = 20.0
@@ -118,19 +116,7 @@ def import_once(data: bytes, workdir: str) -> tuple[Any, tuple[Any, ...]]:
     return result, signature
 
 
-@dataclass
-class Campaign:
-    name: str
-    outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
-    findings: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def cases(self) -> int:
-        return sum(self.outcomes.values()) + len(self.findings)
-
-    def line(self) -> str:
-        got = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
-        return f"{self.name}: {self.cases} cases -> {got}; {len(self.findings)} findings"
+Campaign = Tally  # a raw-capture campaign counts as a trace campaign does
 
 
 class Runner:

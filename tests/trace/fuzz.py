@@ -194,25 +194,33 @@ class Finding(AssertionError):
 
 
 @dataclass
-class Campaign:
+class Tally:
+    """A fuzz campaign's counts: each case's outcome, and the findings (what must not happen)."""
+
     name: str
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
     findings: list[str] = dataclasses.field(default_factory=list)
+    #: what a finding is, in the campaign's one-line report
+    FINDINGS = "findings"
 
     @property
     def cases(self) -> int:
         return sum(self.outcomes.values()) + len(self.findings)
+
+    def line(self) -> str:
+        got = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
+        return f"{self.name}: {self.cases} cases -> {got}; {len(self.findings)} {self.FINDINGS}"
+
+
+@dataclass
+class Campaign(Tally):
+    FINDINGS = "other exceptions"
 
     def run(self, label: str, data: bytes, deep: bool = False) -> None:
         try:
             self.outcomes[read_all_ways(data, deep)] += 1
         except Finding as exc:
             self.findings.append(f"{label}: {exc}")
-
-    def line(self) -> str:
-        got = ", ".join(f"{n} {k}" for k, n in sorted(self.outcomes.items()))
-        return f"{self.name}: {self.cases} cases -> {got}; {len(self.findings)} other exceptions"
-
 
 # -- the campaigns ------------------------------------------------------------------------
 
