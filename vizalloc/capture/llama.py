@@ -237,15 +237,7 @@ class _LlamaLog:
         ``timeout`` s for a line it matches (llama.cpp logs from a thread of its own, a
         little later than the call that made the line)."""
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                wait = deadline - time.monotonic()
-                line = self.lines.get(timeout=wait) if until is not None and wait > 0 else self.lines.get_nowait()
-            except queue.Empty:
-                return
-            if line is None:  # the filter ended
-                self.lines.put(None)
-                return
+        while (line := self._next(deadline - time.monotonic() if until is not None else 0.0)) is not None:
             _read_line(self.run, line)
             if until is not None and until.match(line):
                 until = None
@@ -253,15 +245,19 @@ class _LlamaLog:
     def drain(self, timeout: float) -> None:
         """Take in every line left, up to the filter's end (at most ``timeout`` s)."""
         deadline = time.monotonic() + timeout
-        while (wait := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=wait)
-            except queue.Empty:
-                return
-            if line is None:  # the filter ended
-                self.lines.put(None)
-                return
+        while (wait := deadline - time.monotonic()) > 0 and (line := self._next(wait)) is not None:
             _read_line(self.run, line)
+
+    def _next(self, wait: float) -> str | None:
+        """The next line (waiting up to ``wait`` s if positive, else only if one is there);
+        None when none came or the filter has ended (its end stays queued for the next look)."""
+        try:
+            line = self.lines.get(timeout=wait) if wait > 0 else self.lines.get_nowait()
+        except queue.Empty:
+            return None
+        if line is None:
+            self.lines.put(None)
+        return line
 
     def __exit__(self, *exc: object) -> None:
         sys.stderr.close()
