@@ -186,6 +186,11 @@ def ensure(build: Build) -> Path:
 
 
 def main(argv: list[str]) -> int:
+    unknown = [name for name in argv if name not in BUILDS]
+    if unknown:
+        print(f"usage: python -m tests.conformance.build [{'|'.join(BUILDS)} ...]: "
+              f"no build named {', '.join(unknown)}", file=sys.stderr)
+        return 2
     for name in argv or list(BUILDS):
         start = time.monotonic()
         folder = ensure(BUILDS[name])
