@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from vizalloc.trace import events as ev
 from vizalloc.trace.api import load
 
 from tests.capture.conftest import PROGRAMS, run
+from tests.conformance.build import download
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +40,12 @@ def max_name_program() -> Path:
     if program.is_file() and (out / "READY").is_file():
         return program
     out.mkdir(parents=True, exist_ok=True)
-    sdists = list(out.glob("ggml_python-0.0.45.tar.gz"))
-    if not sdists:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", SDIST, "-d",
-                        str(out)], check=True, capture_output=True, timeout=600)
-        sdists = list(out.glob("ggml_python-0.0.45.tar.gz"))
-    assert sdists, f"pip download {SDIST} left no sdist in {out}"
+    sdist = out / "ggml_python-0.0.45.tar.gz"
+    if not sdist.is_file():
+        download(SDIST, sdist.name, out)
     src = out / "src"
     if not (src / "ggml_python-0.0.45").is_dir():
-        with tarfile.open(sdists[0]) as tar:
+        with tarfile.open(sdist) as tar:
             tar.extractall(src, filter="data")
     ggml = src / "ggml_python-0.0.45" / "vendor" / "ggml"
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")

