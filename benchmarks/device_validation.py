@@ -61,6 +61,17 @@ KIND = {"qwen2": "dense", "qwen3": "dense", "gemma3": "dense, sliding window", "
         "olmoe": "MoE", "qwen3moe": "MoE", "granitemoe": "MoE", "internlm2": "dense", "exaone": "dense",
         "xverse": "dense", "smollm3": "dense", "llama": "dense"}
 
+#: gguf-parser-go's own estimate of the same rows: architecture -> (full offload MiB, -ngl 1 MiB), the GPU's
+#: Computation.Sum() from benchmarks/programs/gguf_parser_estimate.go (gguf-parser-go 8dc7a62) run on the
+#: same shape GGUFs at the same settings. Its full-offload figure counts the logits output on the GPU (its
+#: issue #40); its -ngl 1 offloads one transformer block where llama.cpp offloads the output layer (#42).
+GGUF_PARSER: dict[str, tuple[float, float]] = {
+    "qwen2": (312.75, 65.13), "qwen3": (314.75, 69.50), "gemma3": (524.50, 43.88), "gemma2": (517.00, 66.00),
+    "olmoe": (114.25, 69.63), "qwen3moe": (312.75, 57.50), "granitemoe": (110.01, 45.56),
+    "internlm2": (204.75, 96.50), "exaone": (224.00, 96.50), "xverse": (220.36, 109.00),
+    "smollm3": (266.50, 67.25), "llama": (232.00, 56.50),
+}
+
 #: why a row misses, where it does (only what was shown)
 NOTES = {"exaone": "1-layer partial +6.00 MiB: not explained (full offload exact; the host weights' types of "
                    "this file are not known here, the shape's are llama-quantize's Q4_K_M recipe; not a graph "
@@ -90,17 +101,22 @@ def predict(arch: str, workdir: str, threads: int = 2) -> dict[str, Any]:
             "measured_full_mib": full, "ratio_full": round(got_full / 1048576 / full, 4),
             "predicted_partial_bytes": got_partial, "predicted_partial_mib": round(got_partial / 1048576, 2),
             "measured_partial_mib": partial, "ratio_partial": round(got_partial / 1048576 / partial, 4),
+            "gguf_parser_full_mib": GGUF_PARSER[arch][0], "gguf_parser_ratio_full": round(GGUF_PARSER[arch][0] / full, 4),
+            "gguf_parser_partial_mib": GGUF_PARSER[arch][1],
+            "gguf_parser_ratio_partial": round(GGUF_PARSER[arch][1] / partial, 4),
             "host_full_bytes": run.prediction.sizes["ROCm_Host"], "seconds_capture_and_full": round(seconds, 2),
             "seconds_partial": round(seconds_partial, 2), "note": NOTES.get(arch, "")}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| architecture | kind | full: predicted MiB | measured | ratio | 1 layer: predicted MiB | measured | ratio "
-             "| note |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| architecture | kind | full: predicted MiB | measured | ratio | gguf-parser (ratio) "
+             "| 1 layer: predicted MiB | measured | ratio | gguf-parser (ratio) | note |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r['architecture']} | {r['kind']} | {r['predicted_full_mib']:.2f} | {r['measured_full_mib']:.2f} "
-                     f"| {r['ratio_full']:.4f} | {r['predicted_partial_mib']:.2f} | {r['measured_partial_mib']:.2f} "
-                     f"| {r['ratio_partial']:.4f} | {r['note']} |")
+                     f"| {r['ratio_full']:.4f} | {r['gguf_parser_full_mib']:.2f} ({r['gguf_parser_ratio_full']:.2f}) "
+                     f"| {r['predicted_partial_mib']:.2f} | {r['measured_partial_mib']:.2f} | {r['ratio_partial']:.4f} "
+                     f"| {r['gguf_parser_partial_mib']:.2f} ({r['gguf_parser_ratio_partial']:.2f}) | {r['note']} |")
     return "\n".join(lines)
 
 
