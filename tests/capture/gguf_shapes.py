@@ -5,6 +5,16 @@ output and tied embeddings Q6_K, ``attn_v`` and ``ffn_down`` Q6_K in the layers
 ``use_more_bits`` picks, fused QKV Q5_K, the rest Q4_K; a row length that is not a multiple
 of 256 falls back to Q5_0/Q8_0). The data is a sparse hole: megabytes on disk.
 
+No model hub is reachable from where these were written: the shapes were checked against
+copies of the configs in public code and documents (test fixtures, planners, converted
+repositories). Every value found: qwen2, qwen3, granitemoe, smollm3, qwen3moe (whose
+``intermediate_size`` was 6144 here, 5472 in three copies; no layer of it is dense, so
+neither prediction moved). All but one: gemma3 (``max_position_embeddings`` only in the -pt
+config), exaone (``rope_theta`` not found). From a sibling's config only: gemma2 (the base
+model's), olmoe (the base and 0125-Instruct), internlm2 (internlm2.5-7b-chat). Not found:
+xverse (its model card gives the vocabulary and the context), HyperCLOVAX (its card gives
+the context). That the predictions equal the measured bytes is the stronger check.
+
     write_shape_gguf("qwen2.5-3b.gguf", SHAPES["qwen2"])
 """
 
@@ -63,7 +73,7 @@ SHAPES: dict[str, Shape] = {
                    n_head_kv=16, n_ff=1024, n_vocab=50304, n_ctx_train=4096, qk_norm="full", n_expert=64,
                    n_expert_used=8, n_ff_exp=1024),
     "qwen3moe": Shape("qwen3moe", "Qwen/Qwen3-Coder-30B-A3B-Instruct config.json", n_embd=2048, n_layer=48, n_head=32,
-                      n_head_kv=4, n_ff=6144, n_vocab=151936, n_ctx_train=262144, head_dim=128, qk_norm="head",
+                      n_head_kv=4, n_ff=5472, n_vocab=151936, n_ctx_train=262144, head_dim=128, qk_norm="head",
                       n_expert=128, n_expert_used=8, n_ff_exp=768, rope_base=1e7),
     "phi3": Shape("phi3", "microsoft/Phi-3.5-mini-instruct config.json", n_embd=3072, n_layer=32, n_head=32,
                   n_head_kv=32, n_ff=8192, n_vocab=32064, n_ctx_train=4096, fused_qkv=True, fused_gate_up=True),

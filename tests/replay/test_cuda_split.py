@@ -62,6 +62,9 @@ def test_full_offload_puts_inputs_on_the_host_and_attention_on_the_device(captur
     model = captured
     pred = predict_cuda(model, n_layer=N_LAYER)
     assert pred.placement.output_on_gpu and pred.n_splits == 2  # the inputs' split, then the GPU's
+    # llama.cpp's "graph nodes" line counts the prompt graph's nodes, the captured plan's
+    (plan,) = worst_case_plans(model)
+    assert pred.n_nodes == plan.n_nodes
     sim = build_model(pred.events)
     expl = {b.buft: b for b in explain(sim).buffers}
     assert set(expl) == {"CUDA0", "CUDA_Host"}

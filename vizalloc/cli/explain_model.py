@@ -82,7 +82,8 @@ def _cuda_note(run: ModelRun) -> str:
     gpu, host = list(p.sizes)[:2]
     kind = "ROCm" if run.device == "rocm" else "CUDA"
     notes = "; ".join(p.notes)
-    return (f"predicted for one {kind} GPU with {layers} offloaded ({p.n_splits} graph splits): llama.cpp's CPU "
+    return (f"predicted for one {kind} GPU with {layers} offloaded ({p.n_nodes} graph nodes, {p.n_splits} "
+            "graph splits): llama.cpp's CPU "
             f"graph replayed through vizalloc's scheduler with a simulated {gpu} + {host}"
             + (f" ({notes})" if notes else "") + f"; the CPU-only run itself: {cpu} (see `vizalloc explain --help` "
             "for what the simulation assumes)")
@@ -91,7 +92,8 @@ def _cuda_note(run: ModelRun) -> str:
 def _predicted_dict(run: ModelRun) -> dict[str, Any]:
     p = run.prediction
     return {"device": run.device, "llama_build": run.build, "n_layer": p.placement.n_layer, "n_gpu_layers": p.placement.n_gpu_layers,
-            "output_on_gpu": p.placement.output_on_gpu, "sizes": dict(p.sizes), "n_splits": p.n_splits,
+            "output_on_gpu": p.placement.output_on_gpu, "sizes": dict(p.sizes), "n_nodes": p.n_nodes,
+            "n_splits": p.n_splits,
             "cpu_only": {b.buft: b.size for b in run.cpu_explanation.buffers} if run.cpu_explanation else {},
             "notes": list(p.notes)}
 

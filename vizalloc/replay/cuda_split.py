@@ -189,6 +189,9 @@ class Prediction:
     placement: Placement
     events: list[Any] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: nodes of the largest graph replayed, as llama.cpp logs them (``graph nodes = N``): a
+    #: log of another build whose count differs was made from another graph
+    n_nodes: int = 0
 
 
 def worst_case_plans(model: TraceModel) -> list[PlanInfo]:
@@ -317,11 +320,13 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
         sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
         n_splits = 0
+        n_nodes = 0
         dropped = 0
         for plan in plans:
             rebuilt = _Rebuild(model, plan, placement, bufts, build)
             dropped = max(dropped, rebuilt.dropped)
             graph = _graph_of(rebuilt)
+            n_nodes = max(n_nodes, len(rebuilt.nodes))
             rebuilt.assign_norms(sched, _n_tokens(rebuilt.nodes))
             if not sched.reserve(graph):
                 notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
@@ -331,7 +336,8 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         notes.append(f"the graph as llama.cpp {build} builds it: {dropped} nodes of the mixed token/embedding input "
                      "branch left out" if dropped else f"llama.cpp {build}: the captured graph has no mixed input "
                      "branch to leave out")
-    return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes)
+    return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes,
+                      n_nodes)
 
 
 def _graph_of(rebuilt: _Rebuild) -> Graph:
