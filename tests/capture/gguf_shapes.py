@@ -92,6 +92,9 @@ SHAPES: dict[str, Shape] = {
                      n_head_kv=4, n_ff=11008, n_vocab=128256, n_ctx_train=65536, tied=True, rope_base=5e6),
     "llama": Shape("llama", "naver-hyperclovax/HyperCLOVAX-SEED-Text-Instruct-1.5B config.json", n_embd=2048,
                    n_layer=24, n_head=16, n_head_kv=8, n_ff=7168, n_vocab=110592, n_ctx_train=16384, tied=True),
+    # for --fit against llama.cpp's own (benchmarks/rpc_validation.py): a dense model larger than the memory
+    "llama3-70b": Shape("llama", "meta-llama/Meta-Llama-3-70B-Instruct config.json", n_embd=8192, n_layer=80,
+                        n_head=64, n_head_kv=8, n_ff=28672, n_vocab=128256, n_ctx_train=8192, rope_base=5e5),
 }
 
 

@@ -52,7 +52,7 @@ def test_on_the_cpu_alone_the_replay_needs_llama_cpp_s_bytes(captured: object) -
     model = captured
     (plan,) = worst_case_plans(model)
     cpu_only = BufferType("CPU", alignment=32, device=VIRTUAL)
-    rebuilt = _Rebuild(model, plan, Placement(N_LAYER, 0), {"CUDA0": cpu_only, "CPU": cpu_only})
+    rebuilt = _Rebuild(model, plan, Placement(N_LAYER, 0), {"device": cpu_only, "CPU": cpu_only})
     sched = Scheduler([PlanningCPUBackend()], bufts=[cpu_only], graph_size=4 * (plan.n_nodes + plan.n_leafs))
     assert sched.reserve(_graph_of(rebuilt))
     assert sched.buffer_size(0) == sum(plan.chunk_sizes[0])
@@ -92,3 +92,20 @@ def test_fewer_layers_on_the_gpu_mean_more_splits(captured: object) -> None:
     assert full.n_splits < half.n_splits <= none.n_splits
     # the KV cache of CPU layers is copied to the device, whose buffer grows by those copies
     assert half.sizes["CUDA0"] >= full.sizes["CUDA0"]
+
+
+def test_an_rpc_device_never_copies_host_weights_in(captured: object) -> None:
+    """ggml-rpc has no offload_op: with layers on the host their matrix multiplications stay
+    there, so the device's buffer holds no copy of a host weight, where ggml-cuda's holds one
+    per large batch; its buffers are named RPC0 and CPU (no host buffer type)."""
+    model = captured
+    cuda = predict_cuda(model, n_layer=N_LAYER, n_gpu_layers=1, record=True)
+    rpc = predict_cuda(model, n_layer=N_LAYER, n_gpu_layers=1, record=True, device="RPC")
+    assert set(rpc.sizes) == {"RPC0", "CPU"}
+
+    def weight_copies(pred: object, buft: str) -> list[str]:
+        sim = build_model(pred.events)  # type: ignore[attr-defined]
+        return [t.name for t in sim.tensors.values() if t.name.startswith(f"{buft}#blk.") and ".weight" in t.name]
+
+    assert weight_copies(cuda, "CUDA0") and not weight_copies(rpc, "RPC0")
+    assert rpc.sizes["RPC0"] < cuda.sizes["CUDA0"]

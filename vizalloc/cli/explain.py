@@ -24,7 +24,8 @@ download nor its memory. ``--sweep`` runs every combination of the settings, eac
 fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the
 compute buffer against the setting that varies). ``--device cuda`` predicts the GPU and
 host compute buffers llama.cpp would log as CUDA0 and CUDA_Host (``--device rocm``: ROCm0
-and ROCm_Host), by replaying the captured graph through vizalloc's scheduler with a
+and ROCm_Host; ``--device rpc``: RPC0 and CPU, ggml-rpc in front of an rpc-server with a CPU
+backend: its buffers 32-byte aligned, nothing padded, no offload rule), by replaying the captured graph through vizalloc's scheduler with a
 simulated CUDA backend: the weights and KV cache of offloaded layers in device memory
 (layer il on the GPU when il >= n_layer - --n-gpu-layers, the output layer when every
 layer is), the token embeddings and graph inputs on the host, ggml-cuda's alignment (128),
@@ -93,9 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "its header is accepted")
     model.add_argument("--sweep", nargs="+", metavar="KEY=V,V", default=None,
                        help="run every combination: ctx=..., ubatch=..., batch=..., fa=on,off")
-    model.add_argument("--device", choices=("cpu", "cuda", "rocm"), default=None,
+    model.add_argument("--device", choices=("cpu", "cuda", "rocm", "rpc"), default=None,
                        help="cuda: predict CUDA0 and CUDA_Host compute buffers with a simulated CUDA backend; rocm: "
-                            "the same for a HIP build (ROCm0, ROCm_Host)")
+                            "the same for a HIP build (ROCm0, ROCm_Host); rpc: an rpc-server's CPU (RPC0, CPU)")
     model.add_argument("--llama-build", choices=("captured", "b10687"), default=None,
                        help="with --device: the graph as the installed llama.cpp builds it (captured, default) or as "
                             "llama.cpp b10687 (c841aeeb8) did, without the mixed token/embedding input branch")

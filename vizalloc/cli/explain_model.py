@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from vizalloc.predict import ModelRun, Setting, explain_model
+from vizalloc.predict.model import DEVICE_NAMES
 
 
 def settings_of(args: argparse.Namespace) -> list[Setting]:
@@ -80,9 +81,9 @@ def _cuda_note(run: ModelRun) -> str:
         f"{max(0, min(ngl, p.placement.n_layer))} of {p.placement.n_layer} layers"
     cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
     gpu, host = list(p.sizes)[:2]
-    kind = "ROCm" if run.device == "rocm" else "CUDA"
+    kind = DEVICE_NAMES[run.device]
     notes = "; ".join(p.notes)
-    return (f"predicted for one {kind} GPU with {layers} offloaded ({p.n_nodes} graph nodes, {p.n_splits} "
+    return (f"predicted for one {kind} device with {layers} offloaded ({p.n_nodes} graph nodes, {p.n_splits} "
             "graph splits): llama.cpp's CPU "
             f"graph replayed through vizalloc's scheduler with a simulated {gpu} + {host}"
             + (f" ({notes})" if notes else "") + f"; the CPU-only run itself: {cpu} (see `vizalloc explain --help` "
@@ -230,7 +231,7 @@ def execute_fit(args: argparse.Namespace) -> int:
     if args.fit is None:
         raise UsageError("--fit-margin applies to --fit SIZE")
     if args.device == "cpu":
-        raise UsageError("--fit answers for a GPU: give --device cuda or rocm")
+        raise UsageError("--fit answers for a GPU: give --device cuda, rocm or rpc")
     if args.sweep or args.trace or args.output:
         raise UsageError("--fit prints its own table (or --json): give it without --sweep, --trace or -o")
     if args.ctx_given and args.n_gpu_layers is not None:

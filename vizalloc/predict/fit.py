@@ -41,7 +41,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vizalloc.errors import UsageError, VizallocError
-from vizalloc.predict.model import ModelRun, Setting, explain_model
+from vizalloc.predict.model import DEVICE_NAMES, ModelRun, Setting, explain_model
+from vizalloc.replay.cuda_split import CUDA, DEVICES, DeviceKind
 
 #: llama.cpp's --fit keeps this much free on each device by default (common/fit.cpp, --fit-target)
 DEFAULT_MARGIN = 1024 << 20
@@ -107,17 +108,17 @@ class FitAnswer:
         return self.budget - self.margin
 
 
-def _alloc(nbytes: int, ne0: int, dtype: str, alignment: int = 128) -> int:
+def _alloc(nbytes: int, ne0: int, dtype: str, kind: DeviceKind) -> int:
     from vizalloc.runtime.dtype import DType
 
     t = DType.from_label(dtype)
-    if t.is_quantized and ne0 % 512:
-        nbytes += (512 - ne0 % 512) // t.blck_size * t.type_size
-    return -(-nbytes // alignment) * alignment
+    if t.is_quantized and kind.row_padding and ne0 % kind.row_padding:
+        nbytes += (kind.row_padding - ne0 % kind.row_padding) // t.blck_size * t.type_size
+    return -(-nbytes // kind.alignment) * kind.alignment
 
 
-def static_need(model: Any, n_layer: int, n_gpu_layers: int) -> tuple[int, int]:
-    """(weights, KV cache) on the device with ``n_gpu_layers`` offloaded (llama.cpp's
+def static_need(model: Any, n_layer: int, n_gpu_layers: int, kind: DeviceKind = CUDA) -> tuple[int, int]:
+    """(weights, KV cache) on a device of ``kind`` with ``n_gpu_layers`` offloaded (llama.cpp's
     ``-ngl``: the last layers, and the output layer when all of them are)."""
     start = max(n_layer - n_gpu_layers, 0)
     output = n_gpu_layers > n_layer
@@ -131,7 +132,7 @@ def static_need(model: Any, n_layer: int, n_gpu_layers: int) -> tuple[int, int]:
         if t.name.startswith("cache_"):
             m = _LAYER.search(t.name)
             if m is not None and int(m.group(1) or m.group(2)) >= start:
-                kv += _alloc(t.nbytes, t.ne[0], t.dtype)
+                kv += _alloc(t.nbytes, t.ne[0], t.dtype, kind)
             continue
         if not t.name.endswith((".weight", ".bias")):
             continue
@@ -141,11 +142,11 @@ def static_need(model: Any, n_layer: int, n_gpu_layers: int) -> tuple[int, int]:
         on = (int(m.group(1) or m.group(2)) >= start) if m is not None else \
             (output and not t.name.startswith("token_embd"))
         if on:
-            weights += _alloc(t.nbytes, t.ne[0], t.dtype)
+            weights += _alloc(t.nbytes, t.ne[0], t.dtype, kind)
     if output and tied:  # the output is a copy of the token embeddings on the output's device
         for t in model.tensors.values():
             if t.name == "token_embd.weight":
-                weights += _alloc(t.nbytes, t.ne[0], t.dtype)
+                weights += _alloc(t.nbytes, t.ne[0], t.dtype, kind)
                 break
     return weights, kv
 
@@ -153,7 +154,7 @@ def static_need(model: Any, n_layer: int, n_gpu_layers: int) -> tuple[int, int]:
 def need_of(run: ModelRun, n_gpu_layers: int) -> Need:
     pred = run.predict(n_gpu_layers)
     gpu, host = list(pred.sizes)[:2]
-    weights, kv = static_need(run.model, run.n_layer, n_gpu_layers)
+    weights, kv = static_need(run.model, run.n_layer, n_gpu_layers, DEVICES[DEVICE_NAMES[run.device]])
     return Need(run.n_ctx, n_gpu_layers, weights, kv, pred.sizes[gpu], pred.sizes[host])
 
 

@@ -39,7 +39,7 @@ DRIVER = "vizalloc.capture.llama"
 #: the programs whose worst-case graph can be reproduced (how many outputs they reserve)
 PROGRAMS = ("server", "cli", "completion")
 #: the devices predicted (``--device``) and the name prefix of their buffers
-DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm"}
+DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "rpc": "RPC"}
 
 # llama.cpp: "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 1414660096"
 _FAILED_ALLOC = re.compile(r"failed to allocate (?:\S+ )?buffer of size (\d+)")
@@ -229,14 +229,15 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
     """Explain the model at ``path`` at every setting, each in a fresh llama.cpp process.
 
     Every setting is checked before the first run. ``device`` "cuda" predicts one GPU's
-    compute buffers (``n_gpu_layers`` None: every layer), "rocm" the same for a HIP build;
+    compute buffers (``n_gpu_layers`` None: every layer), "rocm" the same for a HIP build, "rpc"
+    for ggml-rpc in front of a CPU rpc-server;
     ``build`` "b10687" predicts the graph as that llama.cpp build makes it
     (``cuda_split.predict_cuda``); ``keep_trace`` keeps the one
     setting's trace there; ``on_start(i, setting)`` is called before each run."""
     from vizalloc.capture.gguf_header import check_complete, read_header, write_metadata_only
 
     if device != "cpu" and device not in DEVICE_NAMES:
-        raise UsageError(f"device {device!r}: give cpu, {' or '.join(DEVICE_NAMES)}")
+        raise UsageError(f"device {device!r}: give cpu or one of {', '.join(DEVICE_NAMES)}")
     if n_gpu_layers is not None and device == "cpu":
         raise UsageError("--n-gpu-layers applies to --device cuda or rocm")
     if n_gpu_layers is not None and n_gpu_layers < 0:

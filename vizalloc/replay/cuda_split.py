@@ -46,7 +46,7 @@ any other difference between a GPU build's graph and the CPU build's (flash atte
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,21 +126,54 @@ def cuda_alloc_size(t: Tensor) -> int:
     return size
 
 
-class SimCudaBackend(Backend):
-    """A CUDA device that plans only: every op supported, ggml-cuda's offload rule."""
+@dataclass(frozen=True)
+class DeviceKind:
+    """A kind of device as llama.cpp's scheduler meets it: the names of its compute buffer
+    and of the CPU's beside it, and the rules that size and fill them."""
+
+    name: str
+    #: the device's compute buffer type (its weights and KV cache live in the same type)
+    device_buffer: str
+    #: the CPU backend's compute buffer type: the device's host buffer type where it has one
+    host_buffer: str
+    alignment: int
+    #: bytes a tensor takes in the device's buffers (None: ``nbytes``)
+    alloc_size: Callable[[Tensor], int] | None
+    #: a quantized tensor's last row padded to a multiple of this many elements (0: none)
+    row_padding: int
+    #: whether ops on host weights move to the device for large batches (``offload_op``)
+    offloads: bool
+
+
+#: ggml-cuda, and its HIP build (the same code, other names)
+CUDA = DeviceKind("CUDA", "CUDA0", "CUDA_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
+ROCM = DeviceKind("ROCm", "ROCm0", "ROCm_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
+#: ggml-rpc in front of an ``rpc-server`` with a CPU backend: a device of GPU type whose
+#: buffers are the server's CPU buffers (32-byte alignment, ``nbytes``), with no host buffer
+#: type (the CPU's compute buffer is plain ``CPU``) and no ``offload_op``. Real llama.cpp runs
+#: it on a machine without a GPU, which makes it the device vizalloc can be checked against
+#: end to end here (``benchmarks/rpc_validation.py``).
+RPC = DeviceKind("RPC", "RPC0", "CPU", HOST_ALIGNMENT, None, 0, offloads=False)
+DEVICES = {d.name: d for d in (CUDA, ROCM, RPC)}
+
+
+class SimDeviceBackend(Backend):
+    """A device that plans only: every op supported (ggml-cuda's and ggml-rpc's
+    ``supports_op`` for these graphs), its kind's offload rule."""
 
     is_cpu = False
 
-    def __init__(self, buft: BufferType) -> None:
+    def __init__(self, buft: BufferType, kind: DeviceKind) -> None:
         super().__init__()
         self.name = buft.name
         self.buffer_type = buft
+        self.kind = kind
 
     def supports_op(self, t: Tensor) -> bool:
         return True
 
     def offload_op(self, t: Tensor) -> bool:
-        return op_batch_size(t) >= OFFLOAD_MIN_BATCH
+        return self.kind.offloads and op_batch_size(t) >= OFFLOAD_MIN_BATCH
 
 
 class PlanningCPUBackend(CPUBackend):
@@ -251,7 +284,7 @@ class _Rebuild:
             where = "gpu" if self.placement.on_gpu(t.name) else "cpu"
             roots.setdefault((where, Usage.WEIGHTS if weight else Usage.ANY), []).append(t)
         for (where, usage), ts in roots.items():
-            buft = self.bufts["CUDA0"] if where == "gpu" else self.bufts["CPU"]
+            buft = self.bufts["device"] if where == "gpu" else self.bufts["CPU"]
             total = sum(pad(buft.alloc_size(t), buft.alignment) for t in ts)
             buf: Buffer = buft.alloc_buffer(max(total, 1), usage, cause="simulated weights / KV cache")
             addr = buf.base
@@ -289,9 +322,9 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
     build makes it: without the mixed token/embedding input branch the installed
     llama.cpp adds (``MIXED_INPUTS``); with it, the compute buffers of gguf-parser-go's
     ROCm sweep (llama.cpp c841aeeb8 = b10687) are reproduced to the 0.01 MiB they were
-    logged with (benchmarks/device_validation.py). ``device`` names the buffers: "CUDA"
-    (``CUDA0``, ``CUDA_Host``) or "ROCm" (a HIP build of ggml-cuda: ``ROCm0``,
-    ``ROCm_Host``; the same rules).
+    logged with (benchmarks/device_validation.py). ``device`` is a ``DEVICES`` name: "CUDA"
+    (``CUDA0``, ``CUDA_Host``), "ROCm" (a HIP build of ggml-cuda: ``ROCm0``, ``ROCm_Host``;
+    the same rules) or "RPC" (``RPC0`` and ``CPU``: ggml-rpc's rules).
     """
     from vizalloc.trace.recorder import StrictRecorder
 
@@ -302,23 +335,24 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         raise UsageError(f"--n-gpu-layers must be 0 or more, not {ngl}")
     if build not in BUILDS:
         raise UsageError(f"llama.cpp build {build!r}: give one of {', '.join(BUILDS)}")
-    if device not in ("CUDA", "ROCm"):
-        raise UsageError(f"device {device!r}: give CUDA or ROCm")
+    if device not in DEVICES:
+        raise UsageError(f"device {device!r}: give one of {', '.join(DEVICES)}")
+    kind = DEVICES[device]
     placement = Placement(n_layer, ngl)
     plans = worst_case_plans(model)
-    gpu_name, host_name = f"{device}0", f"{device}_Host"
-    cuda = BufferType(gpu_name, alignment=CUDA_ALIGNMENT, device=VIRTUAL, is_host=False, backend_name=gpu_name,
-                      alloc_size=cuda_alloc_size)
+    gpu_name, host_name = kind.device_buffer, kind.host_buffer
+    dev_buft = BufferType(gpu_name, alignment=kind.alignment, device=VIRTUAL, is_host=False, backend_name=gpu_name,
+                          alloc_size=kind.alloc_size)
     host = BufferType(host_name, alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
     cpu_weights = BufferType("CPU", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True)
-    bufts = {"CUDA0": cuda, "CUDA_Host": host, "CPU": cpu_weights}
+    bufts = {"device": dev_buft, "CPU": cpu_weights}
     rec = StrictRecorder() if record else None
     notes: list[str] = []
     with recorder.paused(), rec if rec is not None else nullcontext():
-        gpu = SimCudaBackend(cuda)
+        gpu = SimDeviceBackend(dev_buft, kind)
         cpu = PlanningCPUBackend()
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
-        sched = Scheduler([gpu, cpu], bufts=[cuda, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
+        sched = Scheduler([gpu, cpu], bufts=[dev_buft, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
         n_splits = 0
         n_nodes = 0
         dropped = 0
