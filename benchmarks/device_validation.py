@@ -5,7 +5,8 @@ The measurements are gguf-parser-go's ``testdata/llamacpp_compute_buffer_sweep.j
 llama.cpp c841aeeb8 (b10687) with a ROCm backend on an MI300X, ``-fa on -ctk q8_0 -ctv q8_0
 -b 2048 -ub 512 -np 1``, the context listed, the device compute buffer with every layer
 offloaded (``measuredFullMiB``) and with one layer offloaded (``measuredPartialMiB``; the
-sweep found 1, 2 and 4 layers alike). The numbers below are copied from that file.
+sweep found 1, 2 and 4 layers alike, and each row predicts all three). The numbers below are
+copied from that file.
 
 Each row's model is a weightless GGUF of the published shape (``tests/capture/gguf_shapes.py``
 cites the config of each), typed as llama-quantize types a Q4_K_M file. vizalloc lets the
@@ -95,12 +96,14 @@ def predict(arch: str, workdir: str, threads: int = 2) -> dict[str, Any]:
     one = run.predict(1)
     seconds_partial = time.perf_counter() - t1
     got_full, got_partial = run.prediction.sizes["ROCm0"], one.sizes["ROCm0"]
+    # the sweep found 1, 2 and 4 offloaded layers alike (-ngl 1 is the output layer alone)
+    deeper = {f"predicted_ngl{n}_bytes": run.predict(n).sizes["ROCm0"] for n in (2, 4)}
     return {"architecture": arch, "kind": KIND[arch], "repository": repo, "file": file, "shape": shape.source,
             "context": ctx, "full_offload_layers": layers, "n_layer": shape.n_layer,
             "predicted_full_bytes": got_full, "predicted_full_mib": round(got_full / 1048576, 2),
             "measured_full_mib": full, "ratio_full": round(got_full / 1048576 / full, 4),
             "predicted_partial_bytes": got_partial, "predicted_partial_mib": round(got_partial / 1048576, 2),
-            "measured_partial_mib": partial, "ratio_partial": round(got_partial / 1048576 / partial, 4),
+            "measured_partial_mib": partial, "ratio_partial": round(got_partial / 1048576 / partial, 4), **deeper,
             "gguf_parser_full_mib": GGUF_PARSER[arch][0], "gguf_parser_ratio_full": round(GGUF_PARSER[arch][0] / full, 4),
             "gguf_parser_partial_mib": GGUF_PARSER[arch][1],
             "gguf_parser_ratio_partial": round(GGUF_PARSER[arch][1] / partial, 4),

@@ -88,7 +88,10 @@ def test_fewer_layers_on_the_gpu_mean_more_splits(captured: object) -> None:
     full = predict_cuda(model, n_layer=N_LAYER, record=False)
     half = predict_cuda(model, n_layer=N_LAYER, n_gpu_layers=N_LAYER // 2, record=False)
     none = predict_cuda(model, n_layer=N_LAYER, n_gpu_layers=0, record=False)
-    assert not half.placement.output_on_gpu and half.placement.gpu_start == N_LAYER // 2
+    # llama.cpp offloads the output layer first: -ngl 2 is the output and the last layer
+    assert half.placement.output_on_gpu and not half.placement.full_offload
+    assert half.placement.gpu_start == N_LAYER + 1 - N_LAYER // 2
+    assert [il for il in range(N_LAYER) if half.placement.layer_on_gpu(il)] == list(range(N_LAYER // 2 + 1, N_LAYER))
     assert full.n_splits < half.n_splits <= none.n_splits
     # the KV cache of CPU layers is copied to the device, whose buffer grows by those copies
     assert half.sizes["CUDA0"] >= full.sizes["CUDA0"]

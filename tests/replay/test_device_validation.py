@@ -44,6 +44,8 @@ def test_the_committed_table_meets_the_goals() -> None:
         assert (r["gguf_parser_full_mib"], r["gguf_parser_partial_mib"]) == bench.GGUF_PARSER[r["architecture"]]
         if f"{r['predicted_partial_bytes'] / 1048576:.2f}" != f"{partial:.2f}":
             assert r["note"], r  # every row that misses the logged figure says so
+        # 1, 2 and 4 layers offloaded measured alike, and predicted alike
+        assert r["predicted_ngl2_bytes"] == r["predicted_ngl4_bytes"] == r["predicted_partial_bytes"], r
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +130,29 @@ def test_fit_most_layers_and_largest_context(workdir: Path) -> None:
     (run,) = explain_model(str(olmoe), [base], metadata_only=True, device="rocm", build="b10687", threads=2)
     assert need_of(run, layers.answer.n_gpu_layers) == layers.answer
     assert need_of(run, layers.beyond.n_gpu_layers).total > layers.usable
+
+
+def test_one_gpu_layer_is_the_output_layer_and_a_tied_output_is_duplicated(workdir: Path) -> None:
+    """llama.cpp offloads the output layer first (-ngl 1: the output layer alone); a tied
+    output (Qwen2.5-3B's) is the token embeddings loaded again on the device, where its
+    projection then runs."""
+    from tests.capture.gguf_shapes import SHAPES, write_shape_gguf
+    from vizalloc.analysis.model import build_model
+    from vizalloc.predict import Setting, explain_model
+    from vizalloc.predict.fit import static_need
+    from vizalloc.replay.cuda_split import ROCM
+
+    path = workdir / "qwen2-tied.gguf"
+    write_shape_gguf(path, SHAPES["qwen2"])
+    (run,) = explain_model(str(path), [Setting(n_ctx=4096, flash_attn="on", kv_type="q8_0")], metadata_only=True,
+                           device="rocm", build="b10687", threads=2)
+    sizes = {t.name: t.nbytes for t in run.model.tensors.values()}
+    weights, kv = static_need(run.model, run.n_layer, 1, ROCM)
+    assert kv == 0 and weights == sizes["output_norm.weight"] // 128 * 128 + 128 * bool(
+        sizes["output_norm.weight"] % 128) + sizes["token_embd.weight"]
+    one = run.predict(1, record=True)
+    sim = build_model(one.events)
+    (dup,) = [t for t in sim.tensors.values() if t.name == "output.weight"]
+    assert dup.nbytes == sizes["token_embd.weight"]
+    # the projection reads the duplicate, not the host's token embeddings
+    assert any(t.name == "result_output" and dup.tensor_id in t.srcs for t in sim.tensors.values())

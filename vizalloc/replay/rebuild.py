@@ -39,6 +39,8 @@ class Rebuilt:
         self.ctx = Context(name=name, max_tensors=None, no_alloc=no_alloc)
         self.tensors: dict[int, Tensor] = {}
         self._flags = flags
+        #: (consumer's trace id, source index) -> the tensor it reads there instead of the recorded one
+        self.sources: dict[tuple[int, int], Tensor] = {}
 
     def make(self, tid: int) -> Tensor:
         stack = [tid]
@@ -52,14 +54,16 @@ class Rebuilt:
             info = records.get(cur)
             if info is None:
                 raise UsageError(f"{self.ctx.name}: tensor #{cur} has no TensorCreated record in the trace")
-            deps = [d for d in (info.view_src, *info.srcs) if d >= 0 and d not in made and d != cur]
+            deps = [d for i, d in enumerate((info.view_src, *info.srcs)) if d >= 0 and d not in made and d != cur
+                    and (cur, i - 1) not in self.sources]
             if deps:
                 stack.extend(deps)
                 continue
             stack.pop()
             t = self.ctx.new_tensor_impl(
                 DType.from_label(info.dtype), info.ne, made[info.view_src] if info.view_src >= 0 else None,
-                info.view_offs, nb=info.nb, op=Op[info.op], src=[made[s] if s >= 0 else None for s in info.srcs],
+                info.view_offs, nb=info.nb, op=Op[info.op],
+                src=[self.sources.get((cur, i)) or (made[s] if s >= 0 else None) for i, s in enumerate(info.srcs)],
                 op_params=runtime_params(info.op, info.op_params), name=info.name,
             )
             if info.flags & self._flags:
