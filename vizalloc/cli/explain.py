@@ -24,11 +24,11 @@ download nor its memory. ``--sweep`` runs every combination of the settings, eac
 fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the
 compute buffer against the setting that varies). ``--device cuda`` predicts the GPU and
 host compute buffers llama.cpp would log as CUDA0 and CUDA_Host (``--device rocm``: ROCm0
-and ROCm_Host; ``--device rpc``: RPC0 and CPU, ggml-rpc in front of an rpc-server with a CPU
-backend: its buffers 32-byte aligned, nothing padded, no offload rule), by replaying the captured graph through vizalloc's scheduler with a
-simulated CUDA backend: the weights and KV cache of offloaded layers in device memory
-(layer il on the GPU when il >= n_layer - --n-gpu-layers, the output layer when every
-layer is), the token embeddings and graph inputs on the host, ggml-cuda's alignment (128),
+and ROCm_Host; ``--device rpc``: RPC0 and CPU, ggml-rpc in front of an rpc-server with a
+CPU backend: 32-byte aligned, nothing padded, no offload rule), by replaying the captured
+graph through vizalloc's scheduler with a simulated CUDA backend: the weights and KV cache
+of offloaded layers in device memory (as llama.cpp counts --n-gpu-layers: the output layer
+first, then layer il when il >= n_layer + 1 - N), the token embeddings and graph inputs on the host, ggml-cuda's alignment (128),
 offload rule (a batch of 32 or more: host weights are copied into the device's buffer) and
 alloc sizes (quantized rows padded, f16 K and V for flash attention over a quantized
 cache), llama.cpp's assignment of norm-<il> to its layer's device. ``--llama-build b10687``

@@ -4,10 +4,10 @@ llama.cpp can use on one device of a given size, answered from any machine.
 The memory a setting needs on the device is what llama.cpp's ``--fit`` adds up
 (``common/fit.cpp``: the model, context and compute parts of ``llama_get_memory_breakdown``):
 
-* the weights of the offloaded layers, and of the output layer when every layer is
-  offloaded (a tied output is a copy of the token embeddings there), each as the device's
-  buffer type allocates it (128-byte aligned, a quantized tensor's last row padded to 512
-  elements);
+* the weights of the offloaded layers: the output layer first (a tied output is a copy of
+  the token embeddings there), then the last blocks, as llama.cpp counts ``-ngl``; each as
+  the device's buffer type allocates it (ggml-cuda: 128-byte aligned, a quantized tensor's
+  last row padded to 512 elements; ggml-rpc: 32-byte aligned);
 * the KV cache of the offloaded layers (``cache_k_l*``, ``cache_v_l*`` as llama.cpp made
   them, sliding-window layers with their smaller cache);
 * the device compute buffer, predicted by replaying the captured worst-case graph
