@@ -435,7 +435,8 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         devices: list[Backend] = [SimDeviceBackend(b, kind) for b in dev_bufts]
         max_nodes = max(p.n_nodes + p.n_leafs for p in plans)
         sched = Scheduler([*devices, PlanningCPUBackend()], bufts=[*dev_bufts, host],
-                          graph_size=max(2 * max_nodes, 64), parallel=parallel, op_offload=True)
+                          graph_size=max(2 * max_nodes, 64), parallel=parallel, op_offload=True,
+                          inputs_from_leafs=True)  # llama.cpp's own ggml is 0.26
         n_splits = 0
         n_nodes = 0
         dropped = 0

