@@ -34,7 +34,10 @@ alloc sizes (quantized rows padded, f16 K and V for flash attention over a quant
 cache), llama.cpp's assignment of norm-<il> to its layer's device. ``--llama-build b10687``
 leaves out the mixed token/embedding input branch newer llama.cpp builds add; so predicted,
 gguf-parser-go's measured ROCm sweep is reproduced (benchmarks/device_validation.py). Not
-modelled: several GPUs, CPU_REPACK weights of CPU layers. ``--program`` and ``--outputs``
+modelled: CPU_REPACK weights of CPU layers, --split-mode row. ``--tensor-split 1,1`` shares
+the layers between that many devices of the kind as llama.cpp does (pipeline parallelism
+when every layer is offloaded); checked against real llama.cpp on RPC devices
+(benchmarks/rpc_validation.py). ``--program`` and ``--outputs``
 choose whose worst-case graph (llama-server -np 1 and llama-cli: 1 output; llama-completion:
 --ubatch outputs). ``--fit 24GiB`` answers what fits on one GPU: the largest context, or with
 --ctx the most layers, counting weights, KV cache, compute buffer and llama.cpp's --fit

@@ -309,7 +309,7 @@ def _fit_print(args: argparse.Namespace, a: Any) -> None:
         console.print(f"{label}: {_inert_text(why)}", style="dim")
     if a.answer is not None and a.beyond is None:
         console.print("(the largest setting there is: every layer, or the training context)", style="dim")
-    console.print("one GPU; several GPUs (--tensor-split) are not modelled", style="dim")
+    console.print("for one GPU, as llama.cpp's --fit without -ts", style="dim")
 
 
 def _inert_text(text: str) -> str:

@@ -18,8 +18,8 @@ default), for what none of these counts (the CUDA context, the cuBLAS workspace,
 A context is searched in multiples of 256 tokens, as llama.cpp rounds it; the layers for a
 given context from a single capture (the CPU graph does not depend on them).
 
-How it differs from llama.cpp's own ``--fit`` / ``llama-fit-params`` (``common/fit.cpp``,
-read, not run: it needs the GPU): llama.cpp measures at the user's setting and at its
+How it differs from llama.cpp's own ``--fit`` / ``llama-fit-params`` (``common/fit.cpp``):
+llama.cpp measures at the user's setting and at its
 minimum context and interpolates linearly between them, rounding down to 256 × the
 streams; here each candidate context is predicted and the largest that fits is bisected
 for, so where memory is not linear in the context (sliding-window caches, steps of the
@@ -27,7 +27,13 @@ compute buffer) the answers can differ by some multiples of 256. llama.cpp gives
 ``-ngl``, ``-ts`` or ``-ot`` are set; here ``--n-gpu-layers`` fixes the layers and the context
 is answered. llama.cpp then fills whole layers back to front and overflows the FFN of a
 partial layer to the CPU (``-ot`` patterns), and for MoE models first tries the experts on
-the CPU; here only whole layers are counted. Several GPUs are not modelled.
+the CPU; here only whole layers are counted. One device: llama.cpp's fit over several
+(``-ts``) is not answered. Compared with ``llama-fit-params`` run for real on an RPC device
+(``benchmarks/rpc_validation.py``): the same answer for a context reduced from 262144 and
+for the layers of a dense 70B and a dense 3B model; one step of 256 below llama.cpp's
+interpolated context where the sliding-window cache is not linear (llama.cpp's answer is
+0.17 MiB over its own target there); fewer layers than llama.cpp for a MoE model, whose
+experts llama.cpp moves to the CPU.
 
     from vizalloc.predict.fit import fit
     answer = fit("model.gguf", budget=24 << 30, setting=Setting(n_ctx=8192))   # the most layers

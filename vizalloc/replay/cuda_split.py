@@ -26,7 +26,10 @@ ggml-cuda do it:
 * the graph callback's assignment of ``norm-<il>`` nodes to their layer's device when the
   model is fully offloaded or the micro-batch has fewer than 32 tokens;
 * ggml-cuda's ``offload_op`` (a batch of 32 or more; ``GET_ROWS`` never) and
-  ``supports_op`` (every op of these graphs); one GPU, so no pipeline parallelism;
+  ``supports_op`` (every op of these graphs); ggml-rpc's (none, and every op);
+* several devices (``tensor_split``, ``--split-mode layer``): llama.cpp's split of the
+  layers, and its pipeline parallelism when every layer is offloaded (4 copies of every
+  split input, every input leaf among them: ggml 0.25+);
 * ggml-cuda's ``get_alloc_size`` (``cuda_alloc_size``): a quantized tensor's last row padded
   to 512 elements (the host weights copied into the device's buffer), and a flash-attention
   node of more than two query rows followed by f16 copies of a quantized K and V;
@@ -34,11 +37,13 @@ ggml-cuda do it:
   installed llama.cpp adds and llama.cpp b10687 has not (``MIXED_INPUTS``).
 
 Checked against real devices: gguf-parser-go's ROCm sweep (llama.cpp b10687, MI300X) of
-12 architectures, every full-offload row and 11 of 12 one-layer rows to the 0.01 MiB logged
-(``benchmarks/device_validation.py``). Not modelled: ``CPU_REPACK`` weights of CPU layers,
-several GPUs and tensor splits (the sweep has one GPU: nothing to check them against), and
-any other difference between a GPU build's graph and the CPU build's (flash attention
-``auto`` is resolved by the CPU).
+12 architectures, every full-offload row and 11 of 12 one-layer rows (at 1, 2 and 4 layers)
+to the 0.01 MiB logged (``benchmarks/device_validation.py``); and real llama.cpp (11434) on
+RPC devices here, one and two of them, full and partial offload, pipeline parallelism: 17
+rows to the 0.01 MiB logged, with its node and split counts (``benchmarks/rpc_validation.py``).
+Not checked on a real GPU of several (no such data); not modelled: ``CPU_REPACK`` weights
+of CPU layers, ``--split-mode row``, and any other difference between a GPU build's graph
+and the CPU build's (flash attention ``auto`` is resolved by the CPU).
 
     from vizalloc.replay.cuda_split import predict_cuda
     pred = predict_cuda(model, n_layer=32, n_gpu_layers=None)
