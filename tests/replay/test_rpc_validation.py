@@ -96,3 +96,25 @@ def test_recomputed_two_device_rows_equal_what_llama_cpp_allocated(qwen2: Any, s
     pred = qwen2.predict(None if ngl == "all" else ngl, tensor_split=split)
     assert pred.parallel == row["pipeline_parallel"] == (ngl == "all")
     assert _mib(pred.sizes) == row["llama_compute_mib"]
+
+
+def test_the_cli_predicts_two_devices_as_llama_cpp_allocated_them(tmp_path: Path) -> None:
+    """``vizalloc explain --device rpc --tensor-split 1,1 --json``, as a user runs it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("xllamacpp")
+    from tests.capture.gguf_shapes import SHAPES, write_shape_gguf
+
+    path = tmp_path / "qwen2.gguf"
+    write_shape_gguf(path, SHAPES["qwen2"])
+    done = subprocess.run([sys.executable, "-m", "vizalloc", "explain", str(path), "--ctx", "4096", "--flash-attn", "on",
+                           "--kv-type", "q8_0", "--metadata-only", "--device", "rpc", "--tensor-split", "1,1",
+                           "--program", "completion", "--threads", "2", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    predicted = json.loads(done.stdout)["predicted"]
+    (row,) = [r for r in _doc()["multi"] if r["architecture"] == "qwen2" and r["tensor_split"] == [1, 1]]
+    assert predicted["tensor_split"] == [1.0, 1.0] and predicted["pipeline_parallel"]
+    assert _mib(predicted["sizes"]) == row["llama_compute_mib"]
+    assert [predicted["n_nodes"], predicted["n_splits"]] == row["llama_nodes_splits"]

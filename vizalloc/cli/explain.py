@@ -105,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "llama.cpp b10687 (c841aeeb8) did, without the mixed token/embedding input branch")
     model.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
                        help="with --device: layers offloaded, llama.cpp's -ngl (default: all)")
-    model.add_argument("--tensor-split", type=_shares, default=None, metavar="S,S,...",
+    model.add_argument("--tensor-split", default=None, metavar="S,S,...",
                        help="with --device: that many devices sharing the layers, llama.cpp's -ts with "
                             "--split-mode layer (3,1: three quarters on the first)")
     model.add_argument("--fit", metavar="SIZE", default=None,
@@ -116,17 +116,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--trace", metavar="FILE", help="keep the captured trace of llama.cpp in FILE")
     model.add_argument("--threads", type=int, default=None, metavar="N",
                        help="llama.cpp's CPU threads (default: its own)")
-
-
-def _shares(text: str) -> tuple[float, ...]:
-    """``--tensor-split 3,1``: one non-negative share per device, not all 0."""
-    try:
-        shares = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give shares such as 1,1 or 3,1") from None
-    if any(not x >= 0 or x == float("inf") for x in shares) or not sum(shares) > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one finite share per device, none negative, not all 0")
-    return shares
 
 
 def execute(args: argparse.Namespace) -> int:

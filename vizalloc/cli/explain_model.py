@@ -22,6 +22,20 @@ def settings_of(args: argparse.Namespace) -> list[Setting]:
     return [Setting.of({**base, **combo}) for combo in combos]
 
 
+def parse_shares(text: str) -> tuple[float, ...]:
+    """``--tensor-split 3,1``: one finite share per device, none negative, not all 0."""
+    from vizalloc.errors import UsageError
+
+    try:
+        shares = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        shares = ()
+    if not shares or any(not 0 <= x < float("inf") for x in shares) or not sum(shares) > 0:
+        raise UsageError(f"--tensor-split {text!r}: give one finite share per device (1,1 or 3,1), none negative, "
+                         "not all 0")
+    return shares
+
+
 def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     import os
 
@@ -33,7 +47,8 @@ def execute_model(args: argparse.Namespace, out_kind: str) -> int:
     finished = False
     try:
         runs = explain_model(args.input, settings, metadata_only=args.metadata_only, device=args.device,
-                             n_gpu_layers=args.n_gpu_layers, tensor_split=args.tensor_split,
+                             n_gpu_layers=args.n_gpu_layers,
+                             tensor_split=None if args.tensor_split is None else parse_shares(args.tensor_split),
                              threads=args.threads, keep_trace=args.trace,
                              force=args.force, build=args.llama_build,
                              on_start=(lambda i, s: progress.start(i, _setting_text(s))) if progress else None)
