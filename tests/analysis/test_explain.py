@@ -144,3 +144,14 @@ def test_names_unknown_to_llama_cpp_are_numbers_only() -> None:
 
 def test_a_trace_without_plans_has_nothing_to_explain() -> None:
     assert explain(build_model([])).buffers == ()
+
+
+def test_a_flat_tensor_under_a_reshaped_name_keeps_its_dimensions_unnamed() -> None:
+    """llama.cpp names the projection "Qcur-5" before and after its reshape to heads: the
+    flat one's 2048 × 512 are not n_embd_head × n_head."""
+    from vizalloc.analysis.explain import dim_names, tensor_kind
+
+    assert dim_names(tensor_kind("Qcur-*"), (2048, 512)) == ("", "")
+    assert dim_names(tensor_kind("Qcur-*"), (128, 16, 512)) == ("n_embd_head", "n_head", "n_tokens")
+    assert dim_names(tensor_kind("CUDA0#Kcur-*#0"), (256, 512)) == ("", "")
+    assert dim_names(tensor_kind("kq-*"), (4096, 512, 16)) == ("n_kv", "n_tokens", "n_head")

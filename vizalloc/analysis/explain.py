@@ -46,10 +46,14 @@ ENOUGH_SHARE = 0.5
 @dataclass(frozen=True, slots=True)
 class TensorKind:
     """What llama.cpp means by a tensor name: words and the meaning of each dimension
-    (``ne[0]`` first; only used when the tensor has exactly that many dimensions)."""
+    (``ne[0]`` first; a tensor with fewer dimensions takes the first ones, trailing 1s
+    trimmed). ``exact``: only a tensor with every dimension is named, because llama.cpp
+    gives the same name to the flat tensor before its reshape (``Qcur`` is first
+    ``n_head · n_embd_head × n_tokens``)."""
 
     words: str
     dims: tuple[str, ...]
+    exact: bool = False
 
 
 _KQ = ("n_kv", "n_tokens", "n_head", "n_stream")
@@ -66,9 +70,9 @@ LLAMA_TENSORS: dict[str, TensorKind] = {
     "kqv": TensorKind("attention-weighted values", ("n_embd_head", "n_tokens", "n_head")),
     "kqv_out": TensorKind("attention output", ("n_embd_v", "n_tokens")),
     "__fattn__": TensorKind("flash-attention output", ("n_embd_head", "n_head", "n_tokens")),
-    "Qcur": TensorKind("queries", ("n_embd_head", "n_head", "n_tokens")),
-    "Kcur": TensorKind("keys", ("n_embd_head", "n_head_kv", "n_tokens")),
-    "Vcur": TensorKind("values", ("n_embd_head", "n_head_kv", "n_tokens")),
+    "Qcur": TensorKind("queries", ("n_embd_head", "n_head", "n_tokens"), exact=True),
+    "Kcur": TensorKind("keys", ("n_embd_head", "n_head_kv", "n_tokens"), exact=True),
+    "Vcur": TensorKind("values", ("n_embd_head", "n_head_kv", "n_tokens"), exact=True),
     "inp_embd": TensorKind("input embeddings", ("n_embd", "n_tokens")),
     "inp_pos": TensorKind("token positions", ("n_tokens",)),
     "attn_norm": TensorKind("normed layer input", ("n_embd", "n_tokens")),
@@ -132,7 +136,7 @@ def tensor_kind(folded: str) -> TensorKind | None:
         inner = tensor_kind(copy.group(2))
         words = f"copy of the {inner.words} on {copy.group(1)}" if inner is not None else \
             f"copy of {copy.group(2)} on {copy.group(1)}"
-        return TensorKind(words, inner.dims if inner is not None else ())
+        return TensorKind(words, inner.dims if inner is not None else (), inner is not None and inner.exact)
     base = folded[:-2] if folded.endswith("-*") else folded
     return LLAMA_TENSORS.get(base)
 
@@ -147,7 +151,7 @@ def trimmed(ne: Sequence[int]) -> tuple[int, ...]:
 def dim_names(kind: TensorKind | None, shape: Sequence[int], hints: Mapping[str, int] | None = None) -> tuple[str, ...]:
     """A name per dimension of ``shape`` ("" when unknown); ``hints`` rename a dimension
     whose size equals the hinted setting (``n_kv`` -> ``n_ctx``)."""
-    if kind is None or len(kind.dims) < len(shape):
+    if kind is None or len(kind.dims) < len(shape) or (kind.exact and len(kind.dims) != len(shape)):
         return ("",) * len(shape)
     names = list(kind.dims[:len(shape)])
     for i, (n, size) in enumerate(zip(names, shape)):
