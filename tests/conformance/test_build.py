@@ -127,3 +127,10 @@ def test_an_sdist_is_fetched_from_either_form_of_the_index_and_checked(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_rpc_build_is_made_only_when_named() -> None:
+    cmd = b.LLAMA_RPC.command()
+    assert "-DGGML_RPC=ON" in cmd and cmd.endswith("--target llama-fit-params llama-completion ggml-rpc-server")
+    assert b.LLAMA_RPC.folder not in (b.LLAMA.folder, b.LLAMA_STATIC.folder)
+    assert b.ON_REQUEST == ("llama-rpc",) and "llama-rpc" in b.BUILDS
