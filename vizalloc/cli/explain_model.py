@@ -23,17 +23,16 @@ def settings_of(args: argparse.Namespace) -> list[Setting]:
 
 
 def parse_shares(text: str) -> tuple[float, ...]:
-    """``--tensor-split 3,1``: one finite share per device, none negative, not all 0."""
+    """``--tensor-split 3,1``: the shares, checked as ``cuda_split.checked_split`` does."""
     from vizalloc.errors import UsageError
+    from vizalloc.replay.cuda_split import checked_split
 
     try:
-        shares = tuple(float(x) for x in text.split(","))
+        shares = [float(x) for x in text.split(",")]
     except ValueError:
-        shares = ()
-    if not shares or any(not 0 <= x < float("inf") for x in shares) or not sum(shares) > 0:
         raise UsageError(f"--tensor-split {text!r}: give one finite share per device (1,1 or 3,1), none negative, "
-                         "not all 0")
-    return shares
+                         "not all 0") from None
+    return checked_split(shares)
 
 
 def execute_model(args: argparse.Namespace, out_kind: str) -> int:

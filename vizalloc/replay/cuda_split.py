@@ -53,6 +53,7 @@ and the CPU build's (flash attention ``auto`` is resolved by the CPU).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -230,12 +231,14 @@ class Placement:
     def output_on_gpu(self) -> bool:
         return self.device_of_layer(self.n_layer) is not None
 
-    def _points(self) -> list[float]:
+    @functools.cached_property
+    def points(self) -> list[float]:
+        """The split points: cumulative shares over their sum, in single precision."""
         import numpy as np
 
         shares = np.asarray(self.split, dtype=np.float32)
-        points = np.cumsum(shares, dtype=np.float32)
-        return [float(x) for x in points / points[-1]]
+        cumulative = np.cumsum(shares, dtype=np.float32)
+        return [float(x) for x in cumulative / cumulative[-1]]
 
     def device_of_layer(self, il: int) -> int | None:
         """The device layer ``il`` (``n_layer``: the output layer) is on; None: the CPU."""
@@ -245,7 +248,7 @@ class Placement:
         if il < self.gpu_start or il - self.gpu_start >= offloaded:
             return None
         x = float(np.float32(il - self.gpu_start) / np.float32(offloaded))
-        return min(bisect.bisect_right(self._points(), x), self.n_devices - 1)
+        return min(bisect.bisect_right(self.points, x), self.n_devices - 1)
 
     def layer_on_gpu(self, il: int) -> bool:
         return self.device_of_layer(il) is not None
@@ -377,6 +380,19 @@ class _Rebuild:
                 sched.set_tensor_backend(t, cpu if dev is None else dev)
 
 
+def checked_split(shares: Sequence[float]) -> tuple[float, ...]:
+    """``--tensor-split``: one finite share per device, none negative, not all 0, and no more
+    devices than ggml's scheduler takes beside the CPU."""
+    split = tuple(float(x) for x in shares)
+    if not split or any(not 0 <= x < float("inf") for x in split) or not sum(split) > 0:
+        raise UsageError(f"--tensor-split {','.join(f'{x:g}' for x in split)}: give one finite share per device "
+                         "(1,1 or 3,1), none negative, not all 0")
+    if len(split) + 1 > MAX_BACKENDS:
+        raise UsageError(f"--tensor-split names {len(split)} devices; ggml's scheduler takes {MAX_BACKENDS - 1} "
+                         "besides the CPU")
+    return split
+
+
 def _n_tokens(graph: Sequence[Tensor]) -> int:
     """The micro-batch of a worst-case graph: the length of its ``inp_pos`` input."""
     for t in graph:
@@ -416,13 +432,7 @@ def predict_cuda(model: TraceModel, *, n_layer: int, n_gpu_layers: int | None = 
         raise UsageError(f"llama.cpp build {build!r}: give one of {', '.join(BUILDS)}")
     if device not in DEVICES:
         raise UsageError(f"device {device!r}: give one of {', '.join(DEVICES)}")
-    split = tuple(float(x) for x in tensor_split) if tensor_split else (1.0,)
-    if any(x < 0 for x in split) or not sum(split) > 0:
-        raise UsageError(f"--tensor-split {','.join(map(str, split))}: give one share per device, not negative, "
-                         "not all 0")
-    if len(split) + 1 > MAX_BACKENDS:
-        raise UsageError(f"--tensor-split names {len(split)} devices; ggml's scheduler takes {MAX_BACKENDS - 1} "
-                         "besides the CPU")
+    split = checked_split(tensor_split) if tensor_split else (1.0,)
     kind = DEVICES[device]
     placement = Placement(n_layer, ngl, split)
     plans = worst_case_plans(model)
