@@ -21,27 +21,28 @@ allocated, and llama.cpp's own log line is shown beside them. ``--metadata-only`
 only the model's header (a file cut after its header is enough) and lets llama.cpp
 measure as its ``--fit`` does, allocating nothing, so a 70B model needs neither its
 download nor its memory. ``--sweep`` runs every combination of the settings, each in a
-fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the
-compute buffer against the setting that varies). ``--device cuda`` predicts the GPU and
-host compute buffers llama.cpp would log as CUDA0 and CUDA_Host (``--device rocm``: ROCm0
-and ROCm_Host; ``--device rpc``: RPC0 and CPU, ggml-rpc in front of an rpc-server with a
-CPU backend: 32-byte aligned, nothing padded, no offload rule), by replaying the captured
+fresh process, and prints a table of buffer sizes (``-o FILE.svg``: a chart of the compute
+buffer against the setting that varies). ``--device cuda`` predicts the GPU and host
+compute buffers llama.cpp would log as CUDA0 and CUDA_Host (``--device rocm``: ROCm0 and
+ROCm_Host; ``--device rpc``: RPC0 and CPU, ggml-rpc in front of an rpc-server with a CPU
+backend: 32-byte aligned, nothing padded, no offload rule), by replaying the captured
 graph through vizalloc's scheduler with a simulated CUDA backend: the weights and KV cache
 of offloaded layers in device memory (as llama.cpp counts --n-gpu-layers: the output layer
-first, then layer il when il >= n_layer + 1 - N), the token embeddings and graph inputs on the host, ggml-cuda's alignment (128),
-offload rule (a batch of 32 or more: host weights are copied into the device's buffer) and
-alloc sizes (quantized rows padded, f16 K and V for flash attention over a quantized
-cache), llama.cpp's assignment of norm-<il> to its layer's device. ``--llama-build b10687``
-leaves out the mixed token/embedding input branch newer llama.cpp builds add; so predicted,
-gguf-parser-go's measured ROCm sweep is reproduced (benchmarks/device_validation.py). Not
-modelled: CPU_REPACK weights of CPU layers, --split-mode row. ``--tensor-split 1,1`` shares
-the layers between that many devices of the kind as llama.cpp does (pipeline parallelism
-when every layer is offloaded); checked against real llama.cpp on RPC devices
-(benchmarks/rpc_validation.py). ``--program`` and ``--outputs``
-choose whose worst-case graph (llama-server -np 1 and llama-cli: 1 output; llama-completion:
---ubatch outputs). ``--fit 24GiB`` answers what fits on one GPU: the largest context, or with
---ctx the most layers, counting weights, KV cache, compute buffer and llama.cpp's --fit
-margin (1024 MiB), with what -ub, -fa and the KV type would change.
+first, then layer il when il >= n_layer + 1 - N), the token embeddings and graph inputs on
+the host, ggml-cuda's alignment (128), offload rule (a batch of 32 or more: host weights
+are copied into the device's buffer) and alloc sizes (quantized rows padded, f16 K and V
+for flash attention over a quantized cache), llama.cpp's assignment of norm-<il> to its
+layer's device. ``--llama-build b10687`` leaves out the mixed token/embedding input branch
+newer llama.cpp builds add; so predicted, gguf-parser-go's measured ROCm sweep is
+reproduced (benchmarks/device_validation.py). Not modelled: CPU_REPACK weights of CPU
+layers, --split-mode row. ``--tensor-split 1,1`` shares the layers between that many
+devices of the kind as llama.cpp does (pipeline parallelism when every layer is
+offloaded); checked against real llama.cpp on RPC devices (benchmarks/rpc_validation.py).
+``--program`` and ``--outputs`` choose whose worst-case graph (llama-server -np 1 and
+llama-cli: 1 output; llama-completion: --ubatch outputs). ``--fit 24GiB`` answers what
+fits on one GPU: the largest context, or with --ctx the most layers, counting weights, KV
+cache, compute buffer and llama.cpp's --fit margin (1024 MiB), with what -ub, -fa and the
+KV type would change.
 
 Exit codes: 0 explained; 2 bad input (not a trace or a GGUF, a GGUF cut inside its
 header, or cut anywhere without --metadata-only, an architecture or setting llama.cpp
