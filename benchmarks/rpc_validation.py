@@ -132,7 +132,7 @@ def _named(found: list[tuple[str, str]], endpoints: list[str]) -> dict[str, floa
 
 def llama_buffers(build: Path, args: list[str], ngl: int | None, endpoints: list[str]) -> dict[str, Any]:
     """What llama.cpp reserves at one setting: each compute buffer as its log prints it
-    ("RPC0 compute" -> MiB at 2 decimals, the device's name without its endpoint), the nodes
+    ("RPC0 compute" -> MiB at 2 decimals, devices numbered by the order of ``--rpc``), the nodes
     and splits of its graph, and ``--fit-print``'s model, context and compute per device
     (whole MiB, rounded down)."""
     cmd = [str(build / "bin" / "llama-fit-params"), *args, "--fit-print", "on", "-v"]
