@@ -63,7 +63,8 @@ class Rebuilt:
             t = self.ctx.new_tensor_impl(
                 DType.from_label(info.dtype), info.ne, made[info.view_src] if info.view_src >= 0 else None,
                 info.view_offs, nb=info.nb, op=Op[info.op],
-                src=[self.sources.get((cur, i)) or (made[s] if s >= 0 else None) for i, s in enumerate(info.srcs)],
+                src=[self.sources[(cur, i)] if (cur, i) in self.sources else made[s] if s >= 0 else None
+                     for i, s in enumerate(info.srcs)],
                 op_params=runtime_params(info.op, info.op_params), name=info.name,
             )
             if info.flags & self._flags:

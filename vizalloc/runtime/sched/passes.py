@@ -287,6 +287,7 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
             if (s.flags & _INPUT and sched.n_copies > 1 and not sched.inputs_from_leafs
                     and sched.get_copy(s, src_bid, 0) is None):
                 _copy_graph_input(sched, s, src_bid, i_split)
+                sched.graph_inputs.append(s)
             if src_bid != cur and not buffer_supported(sched, s, cur):
                 if sched.get_copy(s, cur, 0) is None:
                     backend = sched.backends[cur]
@@ -317,14 +318,13 @@ def make_splits(sched: Scheduler, graph: Graph) -> None:
             if leaf.flags & _INPUT:
                 bid = backend_id(leaf)
                 if sched.get_copy(leaf, bid, 0) is None:
-                    _copy_graph_input(sched, leaf, bid, len(splits) - 1, listed=False)
+                    _copy_graph_input(sched, leaf, bid, len(splits) - 1)
                 sched.graph_inputs.append(leaf)
 
 
-def _copy_graph_input(sched: Scheduler, s: Tensor, bid: int, i_split: int, *, listed: bool = True) -> None:
+def _copy_graph_input(sched: Scheduler, s: Tensor, bid: int, i_split: int) -> None:
     """Pipeline parallelism: a graph input gets ``n_copies`` slots on its backend; the current
-    one is the user's tensor itself, now flagged INPUT and OUTPUT (``listed``: appended to
-    the graph inputs here, as d99724f2 does on first meeting it)."""
+    one is the user's tensor itself, now flagged INPUT and OUTPUT."""
     ctx = sched.ctx
     assert ctx is not None
     backend = sched.backends[bid]
@@ -335,8 +335,6 @@ def _copy_graph_input(sched: Scheduler, s: Tensor, bid: int, i_split: int, *, li
         sched.set_copy(s, bid, c, tc)
         if recorder.active():
             recorder.emit(ev.SchedCopy, sched.id, i_split, s.id, tc.id, c, backend.name)
-    if listed:
-        sched.graph_inputs.append(s)
 
 
 def _write_ids(ids: list[int], k: int, value: int) -> None:
