@@ -176,9 +176,7 @@ def multi_rows(build: Path, endpoints: list[str], tmp: Path) -> list[dict[str, A
 
     rows = []
     for arch, split, ngl in MULTI_ROWS:
-        gguf = tmp / f"{arch}.gguf"
-        if not gguf.exists():
-            write_shape_gguf(gguf, SHAPES[arch])
+        gguf = shape_gguf(tmp, arch)
         # llama-completion reserves n_ubatch outputs
         setting = Setting(n_ctx=4096, n_ubatch=512, n_batch=2048, flash_attn="on", kv_type="q8_0", program="completion")
         (run,) = explain_model(str(gguf), [setting], metadata_only=True, device="rpc", threads=2)
@@ -226,6 +224,14 @@ def mib(nbytes: int) -> float:
     return round(nbytes / MiB, 2)
 
 
+def shape_gguf(tmp: Path, arch: str) -> Path:
+    """The weightless GGUF of a shape, written once per run."""
+    gguf = tmp / f"{arch}.gguf"
+    if not gguf.exists():
+        write_shape_gguf(gguf, SHAPES[arch])
+    return gguf
+
+
 def buffer_rows(build: Path, endpoint: str, tmp: Path) -> list[dict[str, Any]]:
     from vizalloc.predict import Setting, explain_model
     from vizalloc.predict.fit import static_need
@@ -233,9 +239,7 @@ def buffer_rows(build: Path, endpoint: str, tmp: Path) -> list[dict[str, Any]]:
 
     rows = []
     for arch, ctx, fa, kv, ngls in BUFFER_ROWS:
-        gguf = tmp / f"{arch}.gguf"
-        if not gguf.exists():
-            write_shape_gguf(gguf, SHAPES[arch])
+        gguf = shape_gguf(tmp, arch)
         # llama-fit-params reserves n_ubatch outputs, as llama-completion does
         setting = Setting(n_ctx=ctx, n_ubatch=512, n_batch=2048, flash_attn=fa, kv_type=kv, program="completion")
         t0 = time.perf_counter()
@@ -273,9 +277,7 @@ def fit_rows(build: Path, endpoint: str, tmp: Path) -> list[dict[str, Any]]:
 
     rows = []
     for arch, ctx, fa, kv, usable in FIT_ROWS:
-        gguf = tmp / f"{arch}.gguf"
-        if not gguf.exists():
-            write_shape_gguf(gguf, SHAPES[arch])
+        gguf = shape_gguf(tmp, arch)
         args = llama_args(gguf, endpoint, ctx, fa, kv)
         margin = DEFAULT_MARGIN
         if usable is not None:
