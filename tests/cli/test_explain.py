@@ -145,3 +145,15 @@ def test_a_small_buffer_is_not_zero_mib(tmp_path: Path, capsys: pytest.CaptureFi
     assert "CPU compute buffer: 4,768 B = 4.7 KiB" in out and "0.00 MiB" not in out
     svg = (tmp_path / "e.svg").read_text(encoding="utf-8")
     assert "4,768 B (4.7 KiB)" in svg and "0.00 MiB" not in svg
+
+
+@pytest.mark.parametrize(("ngl", "words"), [
+    (37, "every layer and the output"), (19, "the output layer and 18 of 36 layers"),
+    (1, "the output layer alone"), (0, "no layer"),
+])
+def test_offloaded_layers_are_told_as_llama_cpp_counts_them(ngl: int, words: str) -> None:
+    """llama.cpp's -ngl takes the output layer first: 19 of a 36-layer model is the output
+    and 18 blocks."""
+    from vizalloc.cli.explain_model import _offloaded
+
+    assert _offloaded(ngl, 36) == words

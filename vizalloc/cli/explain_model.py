@@ -91,9 +91,7 @@ def _note(name: str, run: ModelRun, metadata_only: bool) -> str:
 
 def _cuda_note(run: ModelRun) -> str:
     p = run.prediction
-    ngl = p.placement.n_gpu_layers
-    layers = "every layer and the output" if p.placement.full_offload else "no layer" if ngl <= 0 else \
-        f"the output layer and {ngl - 1} of {p.placement.n_layer} layers"
+    layers = _offloaded(p.placement.n_gpu_layers, p.placement.n_layer)
     cpu = ", ".join(f"{b.buft} {b.size:,} B" for b in run.cpu_explanation.buffers) if run.cpu_explanation else ""
     *gpus, host = list(p.sizes)
     kind = DEVICE_NAMES[run.device]
@@ -334,6 +332,16 @@ def _inert_text(text: str) -> str:
     return escape(inert(text, 200))
 
 
+def _offloaded(n_gpu_layers: int, n_layer: int) -> str:
+    """What ``-ngl n_gpu_layers`` puts on the device, as llama.cpp counts it (the output first)."""
+    if n_gpu_layers > n_layer:
+        return "every layer and the output"
+    if n_gpu_layers <= 0:
+        return "no layer"
+    if n_gpu_layers == 1:
+        return "the output layer alone"
+    return f"the output layer and {n_gpu_layers - 1} of {n_layer} layers"
+
+
 def _setting_words(n: Any, n_layer: int) -> str:
-    layers = "every layer and the output" if n.n_gpu_layers > n_layer else f"{n.n_gpu_layers} of {n_layer} layers"
-    return f"-c {n.n_ctx} with {layers} on the GPU (-ngl {n.n_gpu_layers})"
+    return f"-c {n.n_ctx} with {_offloaded(n.n_gpu_layers, n_layer)} on the GPU (-ngl {n.n_gpu_layers})"
