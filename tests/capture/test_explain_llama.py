@@ -334,3 +334,14 @@ def test_llama_completion_s_own_log_for_qwen(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-3000:]
         (buf,) = json.loads(done.stdout)["buffers"]
         assert _mib(buf["nbytes"]) == logged
+
+
+@pytest.mark.parametrize("extra", [[], ["--metadata-only"]])
+def test_a_setting_llama_cpp_refuses_is_told_in_its_words(model: str, tmp_path: Path, extra: list[str]) -> None:
+    """A quantized V cache without flash attention: llama.cpp's own reason, for the user's
+    file (not the header-only copy a --metadata-only run hands llama.cpp)."""
+    done = explain(tmp_path, model, "--ctx", "512", "--flash-attn", "off", "--kv-type", "q8_0", *extra)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stderr.strip() == ("vizalloc explain: error: llama.cpp cannot use gemma-3-270m-q4_k_m.gguf at "
+                                   "n_ctx 512, n_ubatch 512, flash attention off: quantized V cache requires "
+                                   "flash_attn to be enabled")

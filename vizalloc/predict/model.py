@@ -314,7 +314,8 @@ def _run_setting(model_path: str, setting: Setting, workdir: str, *, no_alloc: b
     trace_file = str(traced.traces[0][0]) if traced.traces else ""
     imported = traced.traces[0][1] if traced.traces else None
     if finished.exit_code != 0:
-        raise _failure(finished.exit_code, stderr, trace_file, hints, imported, display, setting)
+        raise _failure(finished.exit_code, stderr.replace(repr(model_path), display), trace_file, hints, imported,
+                       display, setting)
     report: dict[str, Any] = {}
     if not no_alloc:  # a measurement without memory ends in the capture, before any report
         try:
@@ -372,7 +373,9 @@ _LLAMA_ERRORS = (
     re.compile(r"failed to initialize the context: (.+)"),
     re.compile(r"llama_init_from_model: (.+)"),
 )
-_LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [DIWE] (?:\S+\s+)?")
+# llama.cpp's log prefix: the time, the level, and a module tag ("cmn", "srv"), not the
+# function name ending in ":" that starts the message
+_LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [DIWE] (?:[^\s:]+\s+)?")
 
 
 def _failure(code: int, stderr: str, trace_file: str, hints: dict[str, int], imported: Any,
