@@ -69,10 +69,17 @@ def test_test_opt_replays_every_placement(ggml_build: Path, tmp_path: Path) -> N
     assert set(c.findings) == {"replan"}, c.findings
 
 
+#: ops whose gradient checks real ggml passes every time. test-backend-ops draws its data from
+#: std::random_device, and its MUL_MAT checks (all with k = 256) fail now and then on their
+#: own: 5 of 30 plain runs of the f32 subset this suite had used, 2 of 60 with n = 2 alone,
+#: which made the comparison with the captured run a coin toss. Plain runs: ADD 0 of 25,
+#: SUM_ROWS 0 of 40 (9 cases evaluated, 60 placements). MUL, SUB and DIV are no use here:
+#: their cases have no parameters in this build, so they allocate nothing (and the capture
+#: says so).
 @pytest.mark.parametrize("args", [
     ["grad", "-o", "ADD", "-b", "CPU"],
-    ["grad", "-o", "MUL_MAT", "-b", "CPU", "-p", r"type_a=f32,type_b=f32,m=16,n=[12],k=256,bs=.1,1.,nr=.1,1.,per"],
-], ids=["grad-ADD", "grad-MUL_MAT-f32-subset"])
+    ["grad", "-o", "SUM_ROWS", "-b", "CPU"],
+], ids=["grad-ADD", "grad-SUM_ROWS"])
 def test_test_backend_ops_grad(ggml_build: Path, tmp_path: Path, args: list[str]) -> None:
     # "Device memory: N MB (M MB free)" changes between two runs
     c = conform([bin_("test-backend-ops"), *args], tmp_path, volatile=r"Device memory")
