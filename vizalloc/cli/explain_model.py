@@ -25,13 +25,12 @@ def settings_of(args: argparse.Namespace) -> list[Setting]:
 def parse_shares(text: str) -> tuple[float, ...]:
     """``--tensor-split 3,1``: the shares, checked as ``cuda_split.checked_split`` does."""
     from vizalloc.errors import UsageError
-    from vizalloc.replay.cuda_split import checked_split
+    from vizalloc.replay.cuda_split import SPLIT_HINT, checked_split
 
     try:
         shares = [float(x) for x in text.split(",")]
     except ValueError:
-        raise UsageError(f"--tensor-split {text!r}: give one finite share per device (1,1 or 3,1), none negative, "
-                         "not all 0") from None
+        raise UsageError(f"--tensor-split {text!r}: {SPLIT_HINT}") from None
     return checked_split(shares)
 
 

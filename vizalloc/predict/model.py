@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from vizalloc.errors import UsageError, VizallocError
+from vizalloc.replay.cuda_split import DEVICES
 
 DRIVER = "vizalloc.capture.llama"
 
 #: the programs whose worst-case graph can be reproduced (how many outputs they reserve)
 PROGRAMS = ("server", "cli", "completion")
-#: the devices predicted (``--device``) and the name prefix of their buffers
-DEVICE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "rpc": "RPC"}
+#: the devices predicted (``--device``) -> their ``cuda_split.DEVICES`` name (their buffers' prefix)
+DEVICE_NAMES = {name.lower(): name for name in DEVICES}
 
 # llama.cpp: "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 1414660096"
 _FAILED_ALLOC = re.compile(r"failed to allocate (?:\S+ )?buffer of size (\d+)")

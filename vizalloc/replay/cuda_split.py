@@ -380,13 +380,15 @@ class _Rebuild:
                 sched.set_tensor_backend(t, cpu if dev is None else dev)
 
 
+SPLIT_HINT = "give one finite share per device (1,1 or 3,1), none negative, not all 0"
+
+
 def checked_split(shares: Sequence[float]) -> tuple[float, ...]:
     """``--tensor-split``: one finite share per device, none negative, not all 0, and no more
     devices than ggml's scheduler takes beside the CPU."""
     split = tuple(float(x) for x in shares)
     if not split or any(not 0 <= x < float("inf") for x in split) or not sum(split) > 0:
-        raise UsageError(f"--tensor-split {','.join(f'{x:g}' for x in split)}: give one finite share per device "
-                         "(1,1 or 3,1), none negative, not all 0")
+        raise UsageError(f"--tensor-split {','.join(f'{x:g}' for x in split)}: {SPLIT_HINT}")
     if len(split) + 1 > MAX_BACKENDS:
         raise UsageError(f"--tensor-split names {len(split)} devices; ggml's scheduler takes {MAX_BACKENDS - 1} "
                          "besides the CPU")
